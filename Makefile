@@ -1,0 +1,42 @@
+# mixbench: the two entry points are `make quickstart` and `make test` (see README.md).
+# Every pip call passes -c constraints.txt: torch stays at the 2.13.0 CPU build (an unpinned torch pulls a
+# multi-GB CUDA build) and every other package at the version the project was tested with.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+PIN    := -c constraints.txt
+STAMP  := $(VENV)/.mixbench-installed
+export HF_DATASETS_OFFLINE := 1
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test quickstart bench clean
+
+setup: $(STAMP)
+
+# Re-run only when the dependency definition changes: `make setup` is idempotent and cheap when up to date.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check $(PIN) torch==2.13.0 setuptools wheel packaging ninja
+	# mamba-ssm builds from source: FORCE_BUILD skips its prebuilt-wheel download, SKIP_CUDA_BUILD its nvcc step
+	# (no CUDA here: the CPU path routes its kernels to the package's reference code), and it must see the
+	# installed torch, hence no build isolation.
+	MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(PIP) install --quiet --disable-pip-version-check $(PIN) \
+		--no-build-isolation mamba-ssm==2.3.2.post1
+	$(PIP) install --quiet --disable-pip-version-check $(PIN) -e ".[test]"
+	$(PIP) check
+	@touch $@
+
+test: setup
+	$(BIN)/python -m pytest
+
+quickstart: setup
+	$(BIN)/mixbench quickstart
+
+bench: setup
+	$(BIN)/python benchmarks/protot_kernels.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,29 @@
+"""mixbench core: registry, configs, backbone, training, data, results store, leaderboard, CLI."""
+
+from harness.errors import ConfigError, MixbenchError, UnknownNameError
+from harness.mixer import Mixer, Unit, state_floats
+from harness.recording import Recorder, record
+from harness.registry import MIXERS, SUITES, load_plugins, register_mixer, register_suite
+from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+
+__all__ = [
+    "ConfigError",
+    "MIXERS",
+    "Metric",
+    "Mixer",
+    "MixbenchError",
+    "Recorder",
+    "SUITES",
+    "Suite",
+    "SuiteContext",
+    "SuiteResult",
+    "Unit",
+    "UnknownNameError",
+    "load_plugins",
+    "record",
+    "register_mixer",
+    "register_suite",
+    "state_floats",
+]
+
+__version__ = "0.1.0"

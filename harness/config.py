@@ -1,0 +1,241 @@
+"""Typed configs, presets and content hashes.
+
+Every config is a frozen dataclass validated in ``__post_init__`` so a bad value fails before any work, with
+one sentence naming the field. Configs serialise to plain JSON (:func:`to_dict`) and hash canonically
+(:func:`content_hash`); run ids and cache keys are built from those hashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import ConfigError, UnknownNameError
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be positive, got {value}.")
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """The LLaMA-3 style stack shared by every mixer (DESIGN §3)."""
+
+    d_model: int
+    n_layers: int
+    context: int
+    vocab_size: int
+    ffn_hidden: int = 0  # 0 = the paper's int(2.7 * d_model) // 16 * 16
+    dropout: float = 0.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_layers", "context", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        if self.ffn_hidden < 0:
+            raise ConfigError(f"ffn_hidden must be >= 0 (0 picks the default), got {self.ffn_hidden}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.")
+        _positive("init_std", self.init_std)
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.ffn_hidden or max(16, int(2.7 * self.d_model) // 16 * 16)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimiser, schedule and budget (PAPERS.md §A.3: AdamW, wd 0.1, 2% warm-up, cosine to 10%)."""
+
+    token_budget: int
+    batch_size: int
+    lr: float
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_frac: float = 0.02
+    final_lr_frac: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 200  # optimizer steps between validation passes (0 = only at the end)
+    eval_batches: int = 8
+    checkpoint_every: int = 200  # optimizer steps between resumable checkpoints (0 = only at the end)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.token_budget, int) or self.token_budget <= 0:
+            raise ConfigError(f"token_budget must be a positive number of tokens, got {self.token_budget!r}.")
+        if not isinstance(self.batch_size, int) or self.batch_size <= 0:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}.")
+        _positive("lr", self.lr)
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}.")
+        if not 0 <= self.warmup_frac < 1:
+            raise ConfigError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}.")
+        if not 0 <= self.final_lr_frac <= 1:
+            raise ConfigError(f"final_lr_frac must be in [0, 1], got {self.final_lr_frac}.")
+        _positive("grad_clip", self.grad_clip)
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            raise ConfigError("eval_every and checkpoint_every must be >= 0.")
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+    def steps(self, context: int) -> int:
+        """Optimizer steps that spend the token budget at this context (at least one)."""
+        return max(1, self.token_budget // (self.batch_size * context))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where text comes from and how it is tokenised (DESIGN §4).
+
+    ``source`` is ``embedded`` (the public-domain corpus shipped with the project), a local file or folder of
+    text / json(l) / parquet, or a hub dataset name (``hub:NAME`` or ``NAME`` with ``/``); see harness.data.
+    """
+
+    source: str = "embedded"
+    text_field: str = "text"
+    vocab_size: int = 4096
+    tokenizer_file: str = ""  # a pretrained tokenizers JSON file instead of training a BPE
+    max_train_docs: int = 0  # 0 = all
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 260:
+            raise ConfigError(f"vocab_size must be an integer >= 260 (256 bytes + specials), got {self.vocab_size!r}.")
+        if self.max_train_docs < 0:
+            raise ConfigError(f"max_train_docs must be >= 0, got {self.max_train_docs}.")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    backbone: dict[str, Any]
+    train: dict[str, Any]
+    vocab_size: int
+    description: str = ""
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset(
+            "tiny",
+            dict(d_model=64, n_layers=2, context=128),
+            dict(token_budget=65_536, batch_size=8, lr=3e-3, eval_every=0, checkpoint_every=0),
+            vocab_size=512,
+            description="tests",
+        ),
+        Preset(
+            "quick",
+            dict(d_model=128, n_layers=4, context=256),
+            dict(token_budget=1_048_576, batch_size=16, lr=3e-3, eval_every=64, checkpoint_every=64),
+            vocab_size=4096,
+            description="the embedded default on a 2-core CPU",
+        ),
+        Preset(
+            "paper-small",
+            dict(d_model=256, n_layers=6, context=256, dropout=0.1),
+            dict(token_budget=250_000_000, batch_size=32, lr=6e-4, eval_every=1000, checkpoint_every=1000),
+            vocab_size=16384,
+            description="the ProtoT paper's fixed backbone",
+        ),
+        Preset(
+            "paper-large",
+            dict(d_model=512, n_layers=12, context=512, dropout=0.1),
+            dict(token_budget=1_000_000_000, batch_size=32, lr=6e-4, eval_every=1000, checkpoint_every=1000),
+            vocab_size=16384,
+            description="the ProtoT paper's large setting",
+        ),
+    ]
+}
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UnknownNameError("preset", name, PRESETS) from None
+
+
+def to_dict(cfg: Any) -> Any:
+    """JSON-ready form of a config dataclass (recursively)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {str(k): to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def from_dict(cls: type, values: dict[str, Any]) -> Any:
+    """Inverse of :func:`to_dict` for flat config dataclasses; unknown keys are an error."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}.")
+    return cls(**values)
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(to_dict(obj), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def content_hash(obj: Any, length: int = 16) -> str:
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything that defines a model before training: the mixer, its config and the backbone."""
+
+    mixer: str
+    mixer_config: dict[str, Any]
+    backbone: BackboneConfig
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mixer": self.mixer, "mixer_config": to_dict(self.mixer_config), "backbone": to_dict(self.backbone)}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "ModelSpec":
+        return ModelSpec(d["mixer"], dict(d.get("mixer_config", {})), from_dict(BackboneConfig, d["backbone"]))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A training run: model, data, training config. Its hash names the checkpoint."""
+
+    model: ModelSpec
+    data: DataConfig
+    train: TrainConfig
+    preset: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_json(),
+            "data": to_dict(self.data),
+            "train": to_dict(self.train),
+            "preset": self.preset,
+            "extra": self.extra,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "RunSpec":
+        train = dict(d["train"])
+        train["betas"] = tuple(train.get("betas", (0.9, 0.95)))
+        return RunSpec(
+            ModelSpec.from_json(d["model"]),
+            from_dict(DataConfig, d["data"]),
+            from_dict(TrainConfig, train),
+            d.get("preset", ""),
+            dict(d.get("extra", {})),
+        )
+
+    @property
+    def train_id(self) -> str:
+        return content_hash(self.to_json())

@@ -1,0 +1,38 @@
+"""User-facing errors.
+
+Every mistake a user can make (an unknown name, an invalid config, a missing file) is raised as a
+:class:`MixbenchError` with one sentence saying what is wrong and what to do. The CLI prints the message
+without a traceback and exits with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class MixbenchError(Exception):
+    """A problem the user can fix; the message is shown as is."""
+
+
+class ConfigError(MixbenchError, ValueError):
+    """An invalid configuration value."""
+
+
+class UnknownNameError(MixbenchError, KeyError):
+    """A mixer, suite or preset name that is not registered."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        known = sorted(known)
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        listing = ", ".join(known) if known else "(none)"
+        super().__init__(f"unknown {kind} '{name}'.{hint} Registered {kind}s: {listing}.")
+        self.kind, self.name, self.known, self.suggestion = kind, name, known, (close[0] if close else None)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class NonFiniteLossError(MixbenchError):
+    """Training produced a NaN or infinite loss."""

@@ -1,0 +1,463 @@
+"""The results store (DESIGN §6): one folder per run, written atomically, readable by anything that reads JSON.
+
+Layout under the store root (a local folder or an fsspec URL such as ``s3://bucket/mixbench``)::
+
+    runs/<run_id>/manifest.json          configs, provenance, kernel, timings (+ run_id, written_at, plots)
+    runs/<run_id>/metrics.jsonl          one Metric per line
+    runs/<run_id>/samples/samples.jsonl  optional generations and other examples
+    runs/<run_id>/plots/<file>           optional copies of the suite's plot files
+
+A run counts as present only when its ``manifest.json`` exists, and the manifest is always the last thing to
+appear. Locally the whole run is written into ``runs/.tmp-<run_id>-<uuid>/`` (files fsynced) and the folder
+is renamed into place, so a killed writer leaves at most a ``.tmp-*`` folder that readers ignore and
+:meth:`ResultsStore.clean_tmp` removes. Object stores have no atomic folder rename: there the files are
+written in place with the manifest last, so a killed writer leaves a folder without a manifest, which readers
+also ignore and the next write of that run replaces.
+
+Every JSON file is strict JSON (NaN and infinities become ``null``) and passes through :func:`redact` so API
+keys and tokens given to a suite (e.g. the judge endpoint's key) never reach a results folder that may be
+published.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import math
+import os
+import re
+import shutil
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from harness.config import content_hash, to_dict
+from harness.errors import MixbenchError
+from harness.suite import Metric, SuiteResult
+
+MANIFEST = "manifest.json"
+METRICS = "metrics.jsonl"
+SAMPLES = "samples/samples.jsonl"
+TMP_PREFIX = ".tmp-"
+REDACTED = "[redacted]"
+
+SECRET_KEY = re.compile(r"api[_-]?key|token|secret|password|authorization", re.IGNORECASE)
+# Token counts and tokenizer settings name "token" without being credentials (token_budget, n_tokens,
+# max_new_tokens, tokens_per_s_decode, tokenizer_file, eos_token_id, TOKENIZERS_PARALLELISM).
+_BENIGN_TOKEN = re.compile(r"token(?:s|izer|_budget|_ids?)", re.IGNORECASE)
+_MIN_SECRET_LEN = 8  # shorter env values ("1", "true") would blank out ordinary strings
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+def run_id(key: dict[str, Any]) -> str:
+    """The id of a run: a 16-hex content hash of what defines it (model, training, data, seed, suite config)."""
+    return content_hash(key)
+
+
+def is_secret_key(name: str) -> bool:
+    """True for dict keys / environment variable names that hold credentials."""
+    return bool(SECRET_KEY.search(_BENIGN_TOKEN.sub("", name)))
+
+
+def _secret_env_values() -> list[str]:
+    values = {v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(values, key=len, reverse=True)  # longest first, so a secret containing another is removed whole
+
+
+def redact(obj: Any) -> Any:
+    """A copy of ``obj`` with credentials replaced by ``"[redacted]"``.
+
+    Values under secret-looking keys are replaced (``None`` and ``""`` are kept: they show no key was set), and
+    any occurrence of a secret environment variable's value inside a string is replaced, which catches a key
+    that travelled under an innocent name or inside a URL or header.
+    """
+    return _redact(obj, _secret_env_values())
+
+
+def _redact(obj: Any, secrets: list[str]) -> Any:
+    if isinstance(obj, dict):
+        return {
+            k: REDACTED if is_secret_key(str(k)) and v not in (None, "") else _redact(v, secrets)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_redact(v, secrets) for v in obj]
+    if isinstance(obj, str):
+        for secret in secrets:
+            obj = obj.replace(secret, REDACTED)
+    return obj
+
+
+def json_safe(obj: Any) -> Any:
+    """Plain JSON data from configs, numpy/torch scalars and paths; NaN and infinities become ``None``."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return json_safe(to_dict(obj))
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "tolist"):  # numpy / torch scalars and arrays
+        return json_safe(obj.tolist())
+    return str(obj)
+
+
+def _dumps(obj: Any, indent: int | None = None) -> str:
+    return json.dumps(redact(json_safe(obj)), allow_nan=False, ensure_ascii=False, indent=indent)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One complete run as read back from the store."""
+
+    run_id: str
+    manifest: dict[str, Any]
+    metrics: list[Metric]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def plots(self) -> list[str]:
+        """Plot files, as paths relative to the run folder (read them with :meth:`ResultsStore.read_bytes`)."""
+        return list(self.manifest.get("plots", []))
+
+
+class _LocalRuns:
+    """``runs/`` on a local filesystem: atomic folder renames and fsync."""
+
+    def __init__(self, root: Path):
+        self.runs = root / "runs"
+
+    def make_dirs(self) -> None:
+        self.runs.mkdir(parents=True, exist_ok=True)
+
+    def probe(self) -> None:
+        probe = self.runs / f".probe-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return (self.runs / rel).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return (self.runs / rel).exists()
+
+    def complete_ids(self) -> list[str]:
+        return sorted(p.parent.name for p in self.runs.glob(f"*/{MANIFEST}") if not p.parent.name.startswith("."))
+
+    def write(self, run_id: str, files: dict[str, bytes], force: bool) -> Path:
+        self.make_dirs()
+        tmp = self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}"
+        final, aside = self.runs / run_id, None
+        try:
+            for rel, data in files.items():
+                _write_synced(tmp / rel, data)
+            _fsync_dir(tmp)
+            if final.exists():
+                if (final / MANIFEST).exists() and not force:
+                    raise _exists_error(run_id, str(self.runs.parent))
+                aside = self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-old"
+                os.rename(final, aside)  # a crash right here loses the old run; the new one stays in tmp
+            try:
+                os.rename(tmp, final)  # atomic; fails if another writer put a folder there meanwhile
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                raise MixbenchError(
+                    f"run {run_id} was written by another process at the same time; pass --force to overwrite it."
+                ) from None
+            _fsync_dir(self.runs)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
+        return final
+
+    def delete(self, run_id: str) -> None:
+        doomed = self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-del"
+        os.rename(self.runs / run_id, doomed)  # the run disappears atomically, then its files go
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def clean_tmp(self, max_age_s: float) -> list[str]:
+        removed, now = [], time.time()
+        for tmp in self.runs.glob(f"{TMP_PREFIX}*"):
+            try:
+                if now - tmp.stat().st_mtime < max_age_s:
+                    continue
+            except FileNotFoundError:  # its writer just renamed it into place
+                continue
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp.name)
+        return sorted(removed)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Persist a folder's entries (a rename is only durable once its parent is synced); no-op where unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class _FsspecRuns:
+    """``runs/`` on an fsspec filesystem (object stores): in-place writes, manifest last."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, url: str):
+        self.fs, self.runs, self.url = fs, root.rstrip("/") + "/runs", url.rstrip("/") + "/runs"
+
+    def location(self, run_id: str) -> str:
+        return f"{self.url}/{run_id}"  # as the user spelled the root
+
+    def make_dirs(self) -> None:
+        self.fs.makedirs(self.runs, exist_ok=True)
+
+    def probe(self) -> None:
+        probe = f"{self.runs}/.probe-{uuid.uuid4().hex}"
+        self.fs.pipe_file(probe, b"")
+        self.fs.rm_file(probe)
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(f"{self.runs}/{rel}")
+        except FileNotFoundError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(f"{self.runs}/{rel}")
+
+    def complete_ids(self) -> list[str]:
+        if not self.fs.exists(self.runs):
+            return []
+        names = (p.rstrip("/").split("/")[-2] for p in self.fs.glob(f"{self.runs}/*/{MANIFEST}"))
+        return sorted(n for n in names if not n.startswith("."))
+
+    def write(self, run_id: str, files: dict[str, bytes], force: bool) -> str:
+        final = f"{self.runs}/{run_id}"
+        if self.fs.exists(final):  # an older run (force) or a write that was killed: remove, manifest first
+            self._remove(final)
+        for rel, data in files.items():  # ``files`` ends with the manifest
+            path = f"{final}/{rel}"
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.pipe_file(path, data)
+        return self.location(run_id)
+
+    def _remove(self, path: str) -> None:
+        if self.fs.exists(f"{path}/{MANIFEST}"):
+            self.fs.rm_file(f"{path}/{MANIFEST}")
+        self.fs.rm(path, recursive=True)
+
+    def delete(self, run_id: str) -> None:
+        self._remove(f"{self.runs}/{run_id}")
+
+    def clean_tmp(self, max_age_s: float) -> list[str]:
+        """Remove run folders without a manifest (killed writes) whose newest file is older than ``max_age_s``."""
+        if not self.fs.exists(self.runs):
+            return []
+        removed, now = [], time.time()
+        for entry in self.fs.ls(self.runs, detail=True):
+            path = entry["name"].rstrip("/")
+            if entry["type"] != "directory" or self.fs.exists(f"{path}/{MANIFEST}"):
+                continue
+            try:
+                stamps = [_timestamp(self.fs.modified(f)) for f in self.fs.find(path)]
+            except (NotImplementedError, FileNotFoundError):  # age unknown: leave it for the next write of the run
+                continue
+            if not stamps or now - max(stamps) >= max_age_s:
+                self.fs.rm(path, recursive=True)
+                removed.append(path.rsplit("/", 1)[-1])
+        return sorted(removed)
+
+
+def _timestamp(moment: datetime) -> float:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _exists_error(run_id: str, root: str) -> MixbenchError:
+    return MixbenchError(f"run {run_id} already exists in {root}; pass --force to overwrite it.")
+
+
+class ResultsStore:
+    """Runs under ``root`` (a local path, ``file://`` URL or any fsspec URL such as ``memory://x``)."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = os.fspath(root)
+        if "://" in self.root:
+            try:
+                fs, path = fsspec.core.url_to_fs(self.root)
+            except (ImportError, ValueError) as exc:
+                raise MixbenchError(
+                    f"cannot open results store {self.root} ({exc}); install the fsspec backend for it "
+                    "or pass a local folder to --results."
+                ) from None
+            local = isinstance(fs, LocalFileSystem)
+            self._runs: _LocalRuns | _FsspecRuns = _LocalRuns(Path(path)) if local else _FsspecRuns(fs, path, self.root)
+        else:
+            self._runs = _LocalRuns(Path(self.root).expanduser())
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({self.root!r})"
+
+    @property
+    def local_path(self) -> Path | None:
+        """The store's folder when it is on this machine's filesystem, else None (checkpoints go elsewhere)."""
+        return self._runs.runs.parent if isinstance(self._runs, _LocalRuns) else None
+
+    def ensure_writable(self) -> None:
+        """Create ``runs/`` and prove a file can be written there, before any expensive work starts."""
+        try:
+            self._runs.make_dirs()
+            self._runs.probe()
+        except Exception as exc:  # fsspec backends raise their own (non-OSError) exception types
+            reason = getattr(exc, "strerror", None) or exc
+            raise MixbenchError(
+                f"results directory {self.root} is not writable ({reason}); pass --results to a writable folder."
+            ) from None
+
+    def has_run(self, run_id: str) -> bool:
+        _check_id(run_id)
+        return self._runs.exists(f"{run_id}/{MANIFEST}")
+
+    def write_run(
+        self, run_id: str, manifest: dict[str, Any], result: SuiteResult, force: bool = False
+    ) -> Path | str:
+        """Write one run atomically and return where it landed.
+
+        The store adds ``run_id``, ``written_at`` (UTC ISO), ``plots`` (relative paths of the copied plots) and,
+        when the suite returned any, ``suite_info`` (``SuiteResult.info``) to the manifest.
+        """
+        _check_id(run_id)
+        if not force and self.has_run(run_id):
+            raise _exists_error(run_id, self.root)
+        files = self._encode(run_id, manifest, result)
+        try:
+            return self._runs.write(run_id, files, force)
+        except OSError as exc:
+            raise MixbenchError(
+                f"could not write run {run_id} into {self.root} ({exc.strerror or exc}); check the folder is writable "
+                "and has free space, or pass --results to another folder."
+            ) from None
+
+    def _encode(self, run_id: str, manifest: dict[str, Any], result: SuiteResult) -> dict[str, bytes]:
+        files: dict[str, bytes] = {METRICS: "".join(_dumps(m.to_json()) + "\n" for m in result.metrics).encode()}
+        if result.samples:
+            files[SAMPLES] = "".join(_dumps(s) + "\n" for s in result.samples).encode()
+        for plot in map(Path, result.plots):
+            try:
+                data = plot.read_bytes()
+            except OSError as exc:  # losing a plot must not lose the metrics it illustrates
+                warnings.warn(f"run {run_id}: plot {plot} could not be read ({exc.strerror}); skipped.", stacklevel=3)
+                continue
+            name, i = plot.name, 1
+            while f"plots/{name}" in files:
+                name, i = f"{plot.stem}-{i}{plot.suffix}", i + 1
+            files[f"plots/{name}"] = data
+        full = dict(manifest)
+        if result.info and "suite_info" not in full:
+            full["suite_info"] = result.info
+        full["plots"] = sorted(rel for rel in files if rel.startswith("plots/"))
+        full["run_id"] = run_id
+        full["written_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        files[MANIFEST] = (_dumps(full, indent=2) + "\n").encode()  # last: its presence marks the run complete
+        return files
+
+    def read_run(self, run_id: str, samples: bool = True) -> RunRecord:
+        """One complete run; ``samples=False`` skips the (possibly large) samples file."""
+        _check_id(run_id)
+        raw = self._runs.read(f"{run_id}/{MANIFEST}")
+        if raw is None:
+            raise MixbenchError(f"no run {run_id} in {self.root}; check the run id and --results.")
+        current = MANIFEST
+        try:
+            manifest = json.loads(raw)
+            if not isinstance(manifest, dict):
+                raise ValueError("not a JSON object")
+            current = METRICS
+            metrics = [_metric(d) for d in _jsonl(self._runs.read(f"{run_id}/{METRICS}"))]
+            current = SAMPLES
+            rows = _jsonl(self._runs.read(f"{run_id}/{SAMPLES}") or b"") if samples else []
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSON and UTF-8 errors are ValueErrors
+            raise MixbenchError(
+                f"run {run_id} in {self.root} is corrupt ({current}: {exc}); "
+                f"re-run it with --force or delete runs/{run_id}."
+            ) from None
+        return RunRecord(run_id, manifest, metrics, rows)
+
+    def iter_runs(self, samples: bool = True) -> Iterator[RunRecord]:
+        """Complete runs sorted by id; corrupt ones are reported with a warning and skipped."""
+        for rid in self._runs.complete_ids():
+            try:
+                yield self.read_run(rid, samples=samples)
+            except MixbenchError as exc:
+                warnings.warn(str(exc), stacklevel=2)
+
+    def read_bytes(self, run_id: str, rel: str) -> bytes:
+        """A file of a run by its relative path (e.g. an entry of ``RunRecord.plots``)."""
+        _check_id(run_id)
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise MixbenchError(f"invalid file {rel!r} for run {run_id}; give a path inside the run folder.")
+        data = self._runs.read(f"{run_id}/{rel}")
+        if data is None:
+            raise MixbenchError(f"run {run_id} in {self.root} has no file {rel}.")
+        return data
+
+    def delete_run(self, run_id: str) -> None:
+        _check_id(run_id)
+        if not self._runs.exists(run_id):
+            raise MixbenchError(f"no run {run_id} in {self.root}; nothing to delete.")
+        self._runs.delete(run_id)
+
+    def clean_tmp(self, max_age_s: float = 24 * 3600) -> list[str]:
+        """Remove leftovers of killed writers older than ``max_age_s``; returns their folder names.
+
+        Keep ``max_age_s`` above the longest write so an in-flight write is never removed.
+        """
+        return self._runs.clean_tmp(max_age_s)
+
+
+def _check_id(run_id: str) -> None:
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise MixbenchError(f"invalid run id {run_id!r}; run ids are the hex content hashes under runs/ in the store.")
+
+
+def _jsonl(raw: bytes | None) -> list[Any]:
+    if raw is None:
+        raise ValueError("file missing")
+    return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+
+
+def _metric(d: dict[str, Any]) -> Metric:
+    if d.get("value") is None:  # written as null because it was NaN / inf
+        d = {**d, "value": math.nan}
+    return Metric.from_json(d)

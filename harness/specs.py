@@ -1,0 +1,94 @@
+"""Building a validated training run spec from a preset and command-line overrides.
+
+Everything that can be wrong with a request (unknown mixer or preset, bad config values, d_model not
+divisible by heads, a missing data path) is found here, before any data is loaded or any model trained:
+the model is constructed once on the ``meta`` device, which runs every mixer's own validation for free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.config import BackboneConfig, DataConfig, ModelSpec, RunSpec, TrainConfig, get_preset
+from harness.errors import ConfigError, MixbenchError
+from harness.registry import MIXERS
+
+
+def parse_assignments(items: list[str] | None) -> dict[str, Any]:
+    """``["n_prototypes=16", "beta_init=0.8"]`` -> typed dict (ints, floats, bools, strings)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"expected KEY=VALUE, got '{item}'.")
+        key, raw = item.split("=", 1)
+        out[key.strip().replace("-", "_")] = _parse_value(raw.strip())
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def check_data_source(cfg: DataConfig) -> None:
+    """Fail early on a local data path that does not exist (hub names are checked when loaded)."""
+    src = cfg.source
+    if src == "embedded" or src.startswith("hub:"):
+        return
+    looks_local = src.startswith((".", "/", "~")) or Path(src).suffix or "/" not in src
+    if looks_local and not Path(src).expanduser().exists():
+        raise MixbenchError(
+            f"data path {src} does not exist; pass an existing file or folder of text/json/parquet, "
+            f"'embedded', or hub:NAME for a hub dataset."
+        )
+    if cfg.tokenizer_file and not Path(cfg.tokenizer_file).exists():
+        raise MixbenchError(f"tokenizer file {cfg.tokenizer_file} does not exist.")
+
+
+def make_run_spec(
+    mixer: str,
+    preset: str,
+    mixer_config: dict[str, Any] | None = None,
+    backbone_overrides: dict[str, Any] | None = None,
+    train_overrides: dict[str, Any] | None = None,
+    data_overrides: dict[str, Any] | None = None,
+) -> RunSpec:
+    """A validated RunSpec whose vocab size is the requested one (set to the tokenizer's by ``bind_vocab``)."""
+    p = get_preset(preset)
+    entry = MIXERS.get(mixer)
+    entry.make_config(mixer_config)  # validates field names and values
+    data = DataConfig(**{"vocab_size": p.vocab_size, **(data_overrides or {})})
+    check_data_source(data)
+    backbone = BackboneConfig(**{**p.backbone, "vocab_size": data.vocab_size, **(backbone_overrides or {})})
+    train_values = {**p.train, **{k: v for k, v in (train_overrides or {}).items() if v is not None}}
+    unknown = set(train_values) - {f.name for f in dataclasses.fields(TrainConfig)}
+    if unknown:
+        raise ConfigError(f"unknown training option(s): {', '.join(sorted(unknown))}.")
+    train = TrainConfig(**train_values)
+    spec = RunSpec(ModelSpec(mixer, dict(mixer_config or {}), backbone), data, train, preset)
+    validate_model(spec.model)
+    return spec
+
+
+def validate_model(model: ModelSpec) -> None:
+    """Construct the model on the meta device: every mixer's own checks run, no memory is used."""
+    from harness.backbone import MixerLM
+
+    with torch.device("meta"):
+        MixerLM(model)
+
+
+def bind_vocab(spec: RunSpec, vocab_size: int) -> RunSpec:
+    """The spec with the backbone's vocabulary set to the trained tokenizer's actual size."""
+    backbone = dataclasses.replace(spec.model.backbone, vocab_size=vocab_size)
+    return dataclasses.replace(spec, model=dataclasses.replace(spec.model, backbone=backbone))

@@ -1,0 +1,3 @@
+"""Built-in mixer plugins. Importing this package registers them (the registry does so on first lookup)."""
+
+from mixers import attention, protot  # noqa: F401

@@ -1,0 +1,229 @@
+"""ProtoT: the prototype mixer (PAPERS.md §A.2 and its addendum), a linear-cost, interpretable mixer.
+
+R learnable prototypes P_k define R channels. Token x_j writes its value V x_j into channel k with weight
+pi_jk = softmax_k(x_j . P_k / |tau_w|); each channel keeps a time-discounted, mass-normalised mean of the
+strictly-past writes with its own decay beta_k = sigmoid(gamma_k); token x_i reads the channels with
+rho_ik = softmax_k((W x_i) . P_k / |tau_r|) and the mixer outputs y_i = alpha * U(sum_k rho_ik PM_k(i)).
+
+Faithfulness decisions (where the paper, the released code and the task text meet):
+
+* The running sums carry the released code's (1 - beta) factor (S <- beta S + (1 - beta) pi v); it cancels in
+  the ratio S / M except where the mass floor (1e-6) is active, which is where the released code differs.
+* Temperatures are used as |tau| + 1e-6; prototypes start as unit-normed N(0, 1/d) vectors and are not
+  re-normed during training; beta starts at 0.9 (half-life 6.6 tokens); alpha (one per layer) starts at 1.
+* Layers ``< conv_layers`` (0 and 1) smooth the value stream with a causal depthwise conv of width 5:
+  v <- 0.5 v + 0.5 conv(v); routing and reads use the raw input.
+* Layers ``< shared_routing_layers`` (layer 0) read with the write gate itself (no W, no tau_r) and start
+  tau_w at 3.0. A read mask there has no effect (the read gate *is* the write gate); a write mask masks both.
+* No positional embedding: the discount is the only position signal, so the mixer extrapolates in length.
+* The EMA is exact (both kernels); the released ``beta^s * cumsum(x / beta^s)`` formula is not reproduced.
+* Interventions: ``write-mask`` / ``read-mask`` set the masked prototypes' logits to -inf so the other R-1
+  renormalise (the paper's v2 hooks); ``reinit`` swaps the chosen prototypes for fresh unit vectors drawn from
+  a generator seeded by (layer, prototype) and resets their decay to the initial beta, restoring both after.
+
+Decode state per sequence: S (R x d/2), M (R) and, in conv layers, the last 4 values: O(1) in the length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.mixer import Mixer, Unit
+from harness.recording import record, recording
+from harness.registry import register_mixer
+from mixers.protot_kernels import DEFAULT_CHUNK, KERNELS
+
+TAU_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class ProtoTConfig:
+    n_prototypes: int = 32
+    beta_init: float = 0.9
+    tau_init: float = 1.0
+    shared_tau_init: float = 3.0
+    shared_routing_layers: int = 1
+    conv_layers: int = 2
+    conv_width: int = 5
+    mass_floor: float = 1e-6
+    chunk_size: int = DEFAULT_CHUNK
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_prototypes, int) or self.n_prototypes < 1:
+            raise ConfigError(f"protot: n_prototypes (R) must be a positive integer, got {self.n_prototypes!r}.")
+        if not 0.0 < self.beta_init < 1.0:
+            raise ConfigError(f"protot: beta_init must be in (0, 1), got {self.beta_init}.")
+        if self.tau_init <= 0 or self.shared_tau_init <= 0:
+            raise ConfigError("protot: temperatures must start positive.")
+        if self.shared_routing_layers < 0 or self.conv_layers < 0:
+            raise ConfigError("protot: shared_routing_layers and conv_layers must be >= 0.")
+        if self.conv_width < 1:
+            raise ConfigError(f"protot: conv_width must be >= 1, got {self.conv_width}.")
+        if self.mass_floor <= 0:
+            raise ConfigError(f"protot: mass_floor must be positive, got {self.mass_floor}.")
+        if self.chunk_size < 1:
+            raise ConfigError(f"protot: chunk_size must be >= 1, got {self.chunk_size}.")
+
+
+@register_mixer("protot", config=ProtoTConfig)
+class ProtoT(Mixer):
+    kernels = ("recurrent", "chunked")
+    length_extrapolation = True
+    intervention_modes = ("write-mask", "read-mask", "reinit")
+
+    def __init__(self, cfg: ProtoTConfig, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        if d_model % 2:
+            raise ConfigError(f"protot: d_model must be even (values have d_model/2 channels), got {d_model}.")
+        R, d = cfg.n_prototypes, d_model
+        self.value_dim = d // 2
+        self.shared_routing = layer_idx < cfg.shared_routing_layers
+        self.has_conv = layer_idx < cfg.conv_layers
+
+        self.prototypes = nn.Parameter(F.normalize(torch.randn(R, d) / math.sqrt(d), dim=-1))
+        self.beta_logit = nn.Parameter(torch.full((R,), math.log(cfg.beta_init / (1 - cfg.beta_init))))
+        self.tau_write = nn.Parameter(torch.tensor(cfg.shared_tau_init if self.shared_routing else cfg.tau_init))
+        self.alpha = nn.Parameter(torch.tensor(1.0))
+        self.value = nn.Linear(d, self.value_dim, bias=False)  # V: d -> d/2
+        self.out = nn.Linear(self.value_dim, d, bias=False)  # U: d/2 -> d
+        nn.init.normal_(self.value.weight, 0.0, 0.02)
+        nn.init.normal_(self.out.weight, 0.0, 0.02 / math.sqrt(2 * n_layers))
+        if not self.shared_routing:
+            self.read_query = nn.Linear(d, d, bias=False)  # W: d -> d
+            self.tau_read = nn.Parameter(torch.tensor(cfg.tau_init))
+            nn.init.normal_(self.read_query.weight, 0.0, 0.02)
+        if self.has_conv:
+            self.conv = nn.Conv1d(self.value_dim, self.value_dim, cfg.conv_width, groups=self.value_dim)
+        self._write_mask: torch.Tensor | None = None
+        self._read_mask: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ contract
+    def default_kernel(self, device: torch.device) -> str:
+        return "chunked"
+
+    def no_weight_decay(self) -> set[str]:
+        return {"prototypes"}
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        R, m = self.cfg.n_prototypes, self.value_dim
+        state = {
+            "sums": torch.zeros(batch_size, R, m, device=device, dtype=dtype),
+            "mass": torch.zeros(batch_size, R, device=device, dtype=dtype),
+        }
+        if self.has_conv:
+            state["conv"] = torch.zeros(batch_size, self.cfg.conv_width - 1, m, device=device, dtype=dtype)
+        return state
+
+    def state_size(self, seq_len: int) -> int:
+        R, m = self.cfg.n_prototypes, self.value_dim
+        return R * m + R + (self.cfg.conv_width - 1) * m * self.has_conv
+
+    def forward(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None = None):
+        B, T, _ = x.shape
+        write_logits = (x @ self.prototypes.T) / (self.tau_write.abs() + TAU_EPS)
+        pi = self._gate(write_logits, self._write_mask)
+        if self.shared_routing:
+            rho = pi
+        else:
+            read_logits = (self.read_query(x) @ self.prototypes.T) / (self.tau_read.abs() + TAU_EPS)
+            rho = self._gate(read_logits, self._read_mask)
+
+        values = self.value(x)
+        conv_tail = None
+        if self.has_conv:
+            history = state["conv"] if state is not None else values.new_zeros(B, self.cfg.conv_width - 1, self.value_dim)
+            padded = torch.cat([history, values], dim=1)
+            smoothed = F.conv1d(padded.transpose(1, 2), self.conv.weight, self.conv.bias, groups=self.value_dim)
+            conv_tail = padded[:, padded.shape[1] - (self.cfg.conv_width - 1) :]
+            values = 0.5 * values + 0.5 * smoothed.transpose(1, 2)
+
+        log_beta = F.logsigmoid(self.beta_logit)
+        writes = pi * torch.sigmoid(-self.beta_logit)  # (1 - beta_k) * pi
+        if state is None:
+            sums0 = x.new_zeros(B, self.cfg.n_prototypes, self.value_dim)
+            mass0 = x.new_zeros(B, self.cfg.n_prototypes)
+        else:
+            sums0, mass0 = state["sums"], state["mass"]
+        kernel = KERNELS[self.kernel]
+        kwargs = {"chunk": self.cfg.chunk_size} if self.kernel == "chunked" else {}
+        mixed, sums, mass = kernel(writes, values, rho, log_beta, sums0, mass0, self.cfg.mass_floor, **kwargs)
+        if recording():
+            record(self.layer_idx, "write_gate", pi)
+            record(self.layer_idx, "read_gate", rho)
+        y = self.alpha * self.out(mixed)
+        if state is None:
+            return y, None
+        new_state = {"sums": sums, "mass": mass}
+        if conv_tail is not None:
+            new_state["conv"] = conv_tail
+        return y, new_state
+
+    def step(self, x_t: torch.Tensor, state: dict[str, torch.Tensor]):
+        kernel = self.kernel
+        self.kernel = "recurrent"  # one position: the definition is the O(1) update
+        try:
+            y, state = self.forward(x_t.unsqueeze(1), state)
+        finally:
+            self.kernel = kernel
+        return y.squeeze(1), state
+
+    @staticmethod
+    def _gate(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if mask is not None:
+            logits = logits.masked_fill(mask, float("-inf"))
+        return logits.softmax(-1)
+
+    # ------------------------------------------------------------------ interpretability
+    def betas(self) -> torch.Tensor:
+        return torch.sigmoid(self.beta_logit.detach())
+
+    def units(self) -> list[Unit]:
+        betas = self.betas().tolist()
+        return [
+            Unit(
+                self.layer_idx,
+                k,
+                "prototype",
+                {"beta": b, "half_life": -math.log(2) / math.log(b) if 0 < b < 1 else math.inf},
+            )
+            for k, b in enumerate(betas)
+        ]
+
+    @contextlib.contextmanager
+    def intervene(self, unit_ids: Sequence[int], mode: str) -> Iterator[None]:
+        ids = self._check_intervention(unit_ids, mode, self.cfg.n_prototypes)
+        R = self.cfg.n_prototypes
+        if mode in ("write-mask", "read-mask"):
+            mask = torch.zeros(R, dtype=torch.bool, device=self.prototypes.device)
+            mask[ids] = True
+            if mask.all():
+                raise ConfigError("protot: masking every prototype leaves nothing to renormalise over.")
+            attr = "_write_mask" if mode == "write-mask" else "_read_mask"
+            previous = getattr(self, attr)
+            setattr(self, attr, mask if previous is None else previous | mask)
+            try:
+                yield
+            finally:
+                setattr(self, attr, previous)
+            return
+        saved_p = self.prototypes.data[ids].clone()
+        saved_b = self.beta_logit.data[ids].clone()
+        for k in ids:
+            gen = torch.Generator().manual_seed(1_000_003 * self.layer_idx + k)
+            fresh = torch.randn(self.d_model, generator=gen)
+            self.prototypes.data[k] = F.normalize(fresh, dim=0).to(self.prototypes)
+        self.beta_logit.data[ids] = math.log(self.cfg.beta_init / (1 - self.cfg.beta_init))
+        try:
+            yield
+        finally:
+            self.prototypes.data[ids] = saved_p
+            self.beta_logit.data[ids] = saved_b
+

@@ -1,0 +1,3 @@
+"""Built-in suites. Importing this package registers them (the registry does so on first lookup)."""
+
+from suites import perplexity  # noqa: F401

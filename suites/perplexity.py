@@ -1,0 +1,176 @@
+"""Perplexity suite: held-out perplexity and bits-per-byte with bootstrap CIs over documents (DESIGN §5).
+
+Each held-out document is cut into non-overlapping windows of the evaluation context (consecutive windows
+share one token, so every token after the document's leading end-of-text is predicted exactly once, with the
+context available inside its window). Reported per split:
+
+* ``ppl`` - token-weighted: exp(total NLL / total target tokens). The CI is a percentile bootstrap that
+  resamples *documents* (tokens within a document are not independent).
+* ``bpb`` - bits per UTF-8 byte of the targets: total NLL / ln 2 / total bytes (end-of-text targets carry no
+  bytes), comparable across tokenizers.
+* ``ppl_batch_mean`` - the ProtoT paper's variant: exp(mean over evaluation batches of the batch's token-mean
+  NLL), with the windows batched in order; it depends on the batch size, which is part of the config.
+* ``unigram_ppl`` - the same targets under the training split's add-one unigram distribution: a model that
+  does not beat it has learned nothing from context.
+* ``ppl_pos_A-B`` - token-weighted perplexity of targets at window positions A..B (log2 buckets): how well a
+  mixer uses longer context, and at contexts past training, how it extrapolates.
+
+Split names map to metric prefixes: test -> "", test_ood -> "ood_", validation -> "val_",
+validation_ood -> "val_ood_".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from harness.batching import IGNORE_INDEX, batched, collate_windows
+from harness.errors import ConfigError
+from harness.registry import register_suite
+from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+
+SPLIT_PREFIX = {"test": "", "test_ood": "ood_", "validation": "val_", "validation_ood": "val_ood_"}
+
+
+@dataclass(frozen=True)
+class PerplexityConfig:
+    splits: tuple[str, ...] = ("test", "test_ood")
+    context: int = 0  # 0 = the model's training context
+    batch_size: int = 8
+    max_windows: int = 0  # 0 = every window of each split; otherwise an evenly spaced subset
+    bootstrap: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
+        object.__setattr__(self, "splits", splits)
+        unknown = [s for s in splits if s not in SPLIT_PREFIX]
+        if unknown or not splits:
+            raise ConfigError(f"perplexity: splits must be among {', '.join(SPLIT_PREFIX)}, got {list(splits)}.")
+        if self.context < 0 or self.batch_size < 1 or self.max_windows < 0 or self.bootstrap < 0:
+            raise ConfigError("perplexity: context, max_windows and bootstrap must be >= 0 and batch_size >= 1.")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"perplexity: confidence must be in [0.5, 1), got {self.confidence}.")
+
+
+@dataclass
+class DocTotals:
+    """Per-document sums, the unit the bootstrap resamples."""
+
+    nll: np.ndarray
+    unigram_nll: np.ndarray
+    tokens: np.ndarray
+    bytes: np.ndarray
+    bucket_nll: np.ndarray  # [docs, buckets]
+    bucket_tokens: np.ndarray
+    batch_means: list[float] = field(default_factory=list)
+
+
+def position_buckets(context: int) -> list[tuple[int, int]]:
+    """[0, 16), [16, 32), [32, 64), ... up to the context: log2-spaced target positions."""
+    edges = [0, 16]
+    while edges[-1] < context:
+        edges.append(edges[-1] * 2)
+    edges[-1] = context
+    return [(a, b) for a, b in zip(edges, edges[1:]) if a < b]
+
+
+@register_suite("perplexity", config=PerplexityConfig)
+class Perplexity(Suite):
+    headline: ClassVar[tuple[str, ...]] = ("ppl", "bpb", "ppl_batch_mean", "ood_ppl", "unigram_ppl")
+
+    def validate(self, model) -> None:
+        model.check_context(self.cfg.context or model.config.context)
+
+    def run(self, model, ctx: SuiteContext) -> SuiteResult:
+        self.validate(model)
+        context = self.cfg.context or model.config.context
+        buckets = position_buckets(context)
+        unigram = torch.as_tensor(ctx.corpus.unigram_logprobs(), dtype=torch.float64)
+        byte_lengths = torch.as_tensor(ctx.corpus.tokenizer.token_byte_lengths(), dtype=torch.float64)
+        metrics: list[Metric] = []
+        info: dict = {"context": context, "buckets": buckets, "splits": {}}
+        for split in self.cfg.splits:
+            windows = ctx.corpus.eval_windows(split, context, self.cfg.max_windows or None)
+            if not windows:
+                continue
+            n_docs = len(ctx.corpus.encode_split(split))
+            totals = self._score(model, windows, n_docs, buckets, unigram, byte_lengths, ctx, split)
+            metrics += self._metrics(SPLIT_PREFIX[split], totals, buckets)
+            info["splits"][split] = {"windows": len(windows), "documents": int((totals.tokens > 0).sum())}
+        if not metrics:
+            raise ConfigError(f"perplexity: the splits {list(self.cfg.splits)} are empty for this data source.")
+        return SuiteResult(metrics=metrics, info=info)
+
+    @torch.no_grad()
+    def _score(self, model, windows, n_docs, buckets, unigram, byte_lengths, ctx, split) -> DocTotals:
+        device = next(model.parameters()).device
+        nb = len(buckets)
+        totals = DocTotals(
+            np.zeros(n_docs), np.zeros(n_docs), np.zeros(n_docs), np.zeros(n_docs),
+            np.zeros((n_docs, nb)), np.zeros((n_docs, nb)),
+        )
+        bucket_of = torch.zeros(max(b for _, b in buckets), dtype=torch.long)
+        for i, (a, b) in enumerate(buckets):
+            bucket_of[a:b] = i
+        pad_id = ctx.corpus.tokenizer.pad_id
+        model.eval()
+        bar = tqdm(total=len(windows), desc=f"perplexity {split}", unit="win", disable=not ctx.progress, leave=False)
+        for chunk in batched(windows, self.cfg.batch_size):
+            inputs, targets = collate_windows([w.ids for w in chunk], pad_id)
+            logits, _ = model(inputs.to(device))
+            nll = F.cross_entropy(
+                logits.flatten(0, 1).float(), targets.to(device).flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+            ).view(targets.shape).double().cpu()
+            valid = targets != IGNORE_INDEX
+            safe_targets = targets.clamp(min=0)
+            totals.batch_means.append(float(nll[valid].mean()))
+            uni = -unigram[safe_targets] * valid
+            nbytes = byte_lengths[safe_targets] * valid
+            positions = bucket_of[: targets.shape[1]].expand_as(targets)
+            for row, w in enumerate(chunk):
+                d = w.doc_index
+                keep = valid[row]
+                totals.nll[d] += float(nll[row][keep].sum())
+                totals.unigram_nll[d] += float(uni[row].sum())
+                totals.tokens[d] += int(keep.sum())
+                totals.bytes[d] += float(nbytes[row].sum())
+                np.add.at(totals.bucket_nll[d], positions[row][keep].numpy(), nll[row][keep].numpy())
+                np.add.at(totals.bucket_tokens[d], positions[row][keep].numpy(), 1)
+            bar.update(len(chunk))
+        bar.close()
+        return totals
+
+    def _metrics(self, prefix: str, t: DocTotals, buckets) -> list[Metric]:
+        rng = np.random.default_rng(self.cfg.seed)
+        docs = np.flatnonzero(t.tokens > 0)
+        draws = rng.integers(0, len(docs), size=(self.cfg.bootstrap, len(docs))) if self.cfg.bootstrap else None
+        n_tokens = int(t.tokens.sum())
+        lo_q, hi_q = (1 - self.cfg.confidence) / 2, (1 + self.cfg.confidence) / 2
+
+        def ratio_metric(name: str, num: np.ndarray, den: np.ndarray, transform, unit: str) -> Metric:
+            value = transform(num[docs].sum() / den[docs].sum())
+            lo = hi = None
+            if draws is not None:
+                boot = transform(num[docs][draws].sum(1) / np.maximum(den[docs][draws].sum(1), 1e-12))
+                lo, hi = float(min(np.quantile(boot, lo_q), value)), float(max(np.quantile(boot, hi_q), value))
+            return Metric(prefix + name, float(value), False, lo, hi, n_tokens, unit)
+
+        out = [
+            ratio_metric("ppl", t.nll, t.tokens, np.exp, "perplexity"),
+            ratio_metric("bpb", t.nll, t.bytes, lambda x: x / math.log(2), "bits/byte"),
+            Metric(prefix + "ppl_batch_mean", float(np.exp(np.mean(t.batch_means))), False, n=n_tokens, unit="perplexity"),
+            ratio_metric("unigram_ppl", t.unigram_nll, t.tokens, np.exp, "perplexity"),
+        ]
+        for i, (a, b) in enumerate(buckets):
+            if t.bucket_tokens[docs, i].sum() > 0:
+                m = ratio_metric(f"ppl_pos_{a}-{b - 1}", t.bucket_nll[:, i], t.bucket_tokens[:, i], np.exp, "perplexity")
+                out.append(Metric(m.name, m.value, False, m.ci_low, m.ci_high, int(t.bucket_tokens[:, i].sum()), m.unit))
+        return out
