@@ -34,7 +34,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=None, help="training token budget (default: the preset's)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--max-train-docs", type=int, default=None, help="train on at most this many documents (0 = all)")
     p.add_argument("--context", type=int, default=None, help="training context length (default: the preset's)")
+    p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes (0 = at the end)")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between resumable snapshots (0 = at the end)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--kernel", default=None, help="force a mixer kernel (default: the fastest for the device)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="mixer config fields")
@@ -109,12 +112,19 @@ def _data_overrides(args: argparse.Namespace) -> dict:
         "text_field": args.text_field,
         "vocab_size": args.vocab_size,
         "tokenizer_file": args.tokenizer_file,
+        "max_train_docs": args.max_train_docs,
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
 
 def _train_overrides(args: argparse.Namespace) -> dict:
-    pairs = {"token_budget": args.tokens, "batch_size": args.batch_size, "lr": args.lr}
+    pairs = {
+        "token_budget": args.tokens,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "eval_every": args.eval_every,
+        "checkpoint_every": args.checkpoint_every,
+    }
     return {k: v for k, v in pairs.items() if v is not None}
 
 

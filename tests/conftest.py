@@ -1,18 +1,44 @@
-"""Shared fixtures. Tests never touch the network: hub access is switched off for the whole session."""
+"""Shared fixtures. Tests never touch the network, and caches live in a per-session temporary folder."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# tokenizers and token streams are cached here (inherited by CLI subprocesses), not in the user's cache
+os.environ["MIXBENCH_CACHE"] = tempfile.mkdtemp(prefix="mixbench-test-cache-")
+
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+from harness.cli import main  # noqa: E402
+
+#: a small, fast training setup on the embedded corpus (40 training documents, preset tiny)
+TINY_TRAIN = ["--preset", "tiny", "--tokens", "32768", "--max-train-docs", "40", "--no-progress"]
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+def train_tiny(out: Path, mixer: str, *extra: str) -> Path:
+    code = main(["train", "--mixer", mixer, "--out", str(out), *TINY_TRAIN, *extra])
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def protot_checkpoint(tmp_path_factory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("ckpt") / "protot", "protot")
+
+
+@pytest.fixture(scope="session")
+def attention_checkpoint(tmp_path_factory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("ckpt") / "attention", "attention")
