@@ -349,9 +349,8 @@ def _display(table: pd.DataFrame, style: _Style) -> tuple[list[str], list[list[s
     best = {}
     for column in metric_columns:
         cells = list(table[column])
-        sample = next(c for c in cells if c is not None)
-        unit = f" ({sample.unit})" if sample.unit else ""
-        header.append(f"{style.escape(column + unit)} {style.up if sample.higher_is_better else style.down}")
+        sample = next(c for c in cells if c is not None)  # units stay in csv/json; headers stay short
+        header.append(f"{style.escape(column)} {style.up if sample.higher_is_better else style.down}")
         best[column] = _best(cells)
     body = []
     for _, row in table.iterrows():

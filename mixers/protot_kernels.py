@@ -16,18 +16,20 @@ few hundred tokens). Its cost is linear in T: O(T * C * R) for the intra-chunk d
 the state path.
 
 Both kernels take and return a state (S, M) so prefill and continuation work from any position.
+
+Performance note: with small beta, decaying sums pass through denormal floats, which x86 CPUs process about
+100x slower; the CLI and the benchmarks enable ``torch.set_flush_denormal(True)`` (values below 1e-38 become 0).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-#: the chunk size of the parallel kernel
-DEFAULT_CHUNK = 32
-#: bound on |exponent| of the split decay factors in ``_intra_scores``: e^40 ~ 2e17, times a read weight of at
-#: most 1/floor = 1e6 and a sum over chunk positions, stays far below fp32's 3e38
-FACTOR_LIMIT = 40.0
+#: the longest chunk of the parallel kernel (shorter when steep decays require it, see ``chunk_size``)
+DEFAULT_CHUNK = 64
 
 
 def prefix_mean_recurrent(
@@ -83,7 +85,7 @@ def prefix_mean_chunked(
     m = v.shape[-1]
     if T == 0:
         return v.new_zeros(v.shape), S0, M0
-    C = min(chunk, T)
+    C = chunk_size(log_beta, chunk, T, floor)
     n = -(-T // C)
     pad = n * C - T
     if pad:  # zero writes and reads on the padded tail; the final state is taken at T below
@@ -91,53 +93,76 @@ def prefix_mean_chunked(
     w = w.view(B, n, C, R)
     v = v.view(B, n, C, m)
     rho = rho.view(B, n, C, R)
-    dt = log_beta.dtype
 
     def powers(exponents: torch.Tensor, lb: torch.Tensor = log_beta) -> torch.Tensor:
         """beta^e for a grid of exponents e, one column per channel: exp(e * log beta)."""
-        return torch.exp(exponents.to(dt).unsqueeze(-1) * lb)
+        return torch.exp(exponents.to(lb.dtype).unsqueeze(-1) * lb)
 
     idx = torch.arange(C, device=w.device)
     lag = idx[:, None] - 1 - idx[None, :]  # t - 1 - s: decay of a write at s seen by a read at t (s < t)
     past = lag >= 0
     to_read = powers(idx)  # [C, R] beta^(t - a): state carried into the chunk, seen at t
     w_end = w * powers(C - 1 - idx)  # writes decayed to the chunk's last position
-    chunk_decay = torch.exp(C * log_beta)
 
-    # masses M_{t-1} (a per-channel causal decayed sum, batched over channels) -> read weights q
+    # one scan carries sums and masses together: the mass is the sum of a constant value 1
+    with_ones = torch.cat([v, v.new_ones(B, n, C, 1)], dim=-1)
+    starts = _scan_chunks(
+        torch.cat([S0, M0.unsqueeze(-1)], dim=-1),
+        torch.exp(C * log_beta)[:, None],
+        w_end.transpose(-1, -2) @ with_ones,
+    )  # [B, n + 1, R, m + 1]: state before each chunk, and after the last
+
+    # masses M_{t-1} inside the chunk (a per-channel causal decayed sum, batched over channels) -> read weights
     intra = powers(lag.clamp(min=0)) * past[..., None]  # [C(t), C(s), R], beta^(t-1-s) for s < t else 0
     w_by_channel = w.permute(3, 2, 0, 1).reshape(R, C, B * n)
     mass_local = torch.bmm(intra.permute(2, 0, 1), w_by_channel).view(R, C, B, n).permute(2, 3, 1, 0)
-    mass_starts = _scan_chunks(M0, chunk_decay, w_end.sum(2))  # [B, n+1, R]
-    q = rho / (mass_local + to_read * mass_starts[:, :n, None, :]).clamp(min=floor)
+    q = rho / (mass_local + to_read * starts[:, :n, None, :, m]).clamp(min=floor)
 
-    scores = _intra_scores(q, w, log_beta, intra, idx, powers) * past  # [B, n, C(t), C(s)]
-    state_starts = _scan_chunks(S0, chunk_decay[:, None], w_end.transpose(-1, -2) @ v)  # [B, n+1, R, m]
-    out = scores @ v + (q * to_read) @ state_starts[:, :n]
+    scores = torch.where(past, _intra_scores(q, w, log_beta, intra, idx, powers, floor), 0.0)
+    out = scores @ v + (q * to_read) @ starts[:, :n, :, :m]
     out = out.reshape(B, n * C, m)[:, :T]
 
     if pad == 0:
-        return out, state_starts[:, n], mass_starts[:, n]
-    # final state after the last real token: the last chunk holds r = C - pad real positions
-    r = C - pad
-    w_last = w[:, -1] * powers((r - 1 - idx).clamp(min=0)) * (idx < r)[:, None]
-    carry = torch.exp(r * log_beta)
-    S_T = carry[:, None] * state_starts[:, n - 1] + w_last.transpose(-1, -2) @ v[:, -1]
-    M_T = carry * mass_starts[:, n - 1] + w_last.sum(1)
-    return out, S_T, M_T
+        final = starts[:, n]
+    else:  # the last chunk holds r = C - pad real positions: decay to position T - 1, not to the padded end
+        r = C - pad
+        w_last = w[:, -1] * powers((r - 1 - idx).clamp(min=0)) * (idx < r)[:, None]
+        final = torch.exp(r * log_beta)[:, None] * starts[:, n - 1] + w_last.transpose(-1, -2) @ with_ones[:, -1]
+    return out, final[..., :m], final[..., m]
 
 
-def _intra_scores(q, w, log_beta, intra, idx, powers) -> torch.Tensor:
-    """A[t, s] = sum_k q[t, k] beta_k^(t-1-s) w[s, k] inside each chunk (entries s >= t are masked later).
+def _exp_budget(dtype: torch.dtype, floor: float, C: int, R: int) -> float:
+    """Largest |exponent| the split decay factors of ``_intra_scores`` may take in ``dtype``.
+
+    A masked-out product (s >= t) multiplies two factors of up to e^budget each, a read weight of up to 1/floor
+    and is summed over C * R terms; all of it must stay finite (it is discarded by ``torch.where`` afterwards).
+    """
+    log_max = math.log(torch.finfo(dtype).max)
+    return (log_max - 4.0 - math.log(1.0 / floor) - math.log(C * R)) / 2
+
+
+def chunk_size(log_beta: torch.Tensor, chunk: int, T: int, floor: float) -> int:
+    """The chunk length: the largest power of two <= ``chunk`` (and >= 16) at which no channel is too steep
+    for the factorised scores; fewer, longer chunks mean fewer sequential steps and larger matmuls."""
+    steepest = float(-log_beta.detach().min()) if log_beta.numel() else 0.0
+    C = max(16, 1 << (max(chunk, 1).bit_length() - 1))
+    while C > 16 and steepest * (C // 2) > _exp_budget(log_beta.dtype, floor, C, log_beta.numel()):
+        C //= 2
+    return min(C, T)
+
+
+def _intra_scores(q, w, log_beta, intra, idx, powers, floor) -> torch.Tensor:
+    """A[t, s] = sum_k q[t, k] beta_k^(t-1-s) w[s, k] inside each chunk (entries s >= t are discarded later).
 
     For most channels beta^(t-1-s) = beta^(t - c) * beta^(c - 1 - s) around the chunk middle c turns the sum
-    into one matmul; both factors stay within exp(+-FACTOR_LIMIT), far from fp32 overflow even times the
-    largest read weight (1 / mass floor), and every term is non-negative so nothing cancels. Channels that
-    decay too steeply for that (beta below ~exp(-FACTOR_LIMIT / (C/2))) use the materialised decays instead.
+    into one matmul: both factors stay within e^(+-budget) (see ``_exp_budget``) and every term is
+    non-negative, so nothing overflows or cancels. Channels that decay too steeply for that use the
+    materialised decays ``intra`` instead (exact, at O(C) more memory per position).
     """
     C = idx.shape[0]
     mid = C // 2
-    steep = -log_beta.detach() * max(mid, C - 1 - mid) > FACTOR_LIMIT
+    budget = _exp_budget(log_beta.dtype, floor, C, log_beta.numel())
+    steep = -log_beta.detach() * max(mid, C - 1 - mid) > budget
     gentle = (~steep).to(log_beta.dtype)
     safe = torch.where(steep, torch.zeros_like(log_beta), log_beta)
     scores = (q * (powers(idx - mid, safe) * gentle)) @ (w * (powers(mid - 1 - idx, safe) * gentle)).transpose(-1, -2)
