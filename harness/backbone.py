@@ -83,6 +83,7 @@ class MixerLM(nn.Module):
         )
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self._init_weights()
+        self.set_kernel(None, torch.device("cpu"))  # each mixer's fast kernel; call again after moving devices
 
     # ------------------------------------------------------------------ setup
     def _init_weights(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from harness.checkpoint import load_model
 from harness.config import to_dict
 from harness.errors import MixbenchError
-from harness.provenance import provenance
+from harness.provenance import device_descriptor, provenance
 from harness.registry import SUITES
 from harness.results import ResultsStore
 from harness.results import run_id as results_run_id
@@ -57,6 +57,8 @@ def evaluate(
     if kernel is not None:
         model.set_kernel(kernel)
     key = run_key(ckpt.spec.to_json(), suite, cfg)
+    if getattr(entry.cls, "device_dependent", False):  # a speed measured elsewhere is not this device's speed
+        key["device"] = device_descriptor(device)
     run_id = results_run_id(key)
     if store.has_run(run_id) and not force:
         return EvalOutcome(run_id, suite, True, 0.0)

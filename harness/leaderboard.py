@@ -85,7 +85,10 @@ class Cell:
         return Cell(mean, mean - half, mean + half, n, higher_is_better, unit)
 
     def text(self, pm: str = "±") -> str:
-        """``12.34 ± 0.56`` for a symmetric interval, ``12.34 [12.10, 12.90]`` otherwise, ``12.34`` without one."""
+        """``12.34 ± 0.56`` for a symmetric interval, ``12.34 [12.10, 12.90]`` otherwise, ``12.34`` without one,
+        ``n/a`` for a NaN (a metric that does not exist for this row, e.g. a crossover outside the grid)."""
+        if math.isnan(self.value):
+            return "n/a"
         digits = _decimals(self.value)
         value = _fixed(self.value, digits)
         if self.ci_low is None or self.ci_high is None or not math.isfinite(self.value):

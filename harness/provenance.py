@@ -121,3 +121,19 @@ def provenance() -> dict[str, Any]:
         "packages": package_versions(),
         "hardware": hardware(),
     }
+
+
+def device_descriptor(device: Any) -> dict[str, Any]:
+    """What a speed number depends on besides the code: device type and name, and CPU threads.
+
+    Part of the run identity of device-dependent suites (throughput), so the same checkpoint measured on
+    another device is another run rather than a cache hit.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = _cpu_model() or "cpu"
+    return {"type": device.type, "name": name, "threads": torch.get_num_threads()}

@@ -172,4 +172,11 @@ def _intra_scores(q, w, log_beta, intra, idx, powers, floor) -> torch.Tensor:
     return scores
 
 
+def chunked_flops(B: int, T: int, R: int, m: int, C: int) -> float:
+    """Floating-point operations of one ``prefix_mean_chunked`` forward (its matmuls; elementwise work is minor)."""
+    n = -(-T // C)
+    macs = B * n * (R * C * (m + 1) + R * C * C + C * C * R + C * C * m + C * R * m)
+    return 2.0 * macs
+
+
 KERNELS = {"recurrent": prefix_mean_recurrent, "chunked": prefix_mean_chunked}
