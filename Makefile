@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.mixbench-installed
 export HF_DATASETS_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: setup test quickstart bench clean
 

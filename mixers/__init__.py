@@ -1,3 +1,4 @@
 """Built-in mixer plugins. Importing this package registers them (the registry does so on first lookup)."""
 
 from mixers import attention, protot  # noqa: F401
+from mixers import deltanet, mamba  # noqa: F401

@@ -8,6 +8,7 @@ import tempfile
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see harness/__init__.py
 # tokenizers and token streams are cached here (inherited by CLI subprocesses), not in the user's cache
 os.environ["MIXBENCH_CACHE"] = tempfile.mkdtemp(prefix="mixbench-test-cache-")
 

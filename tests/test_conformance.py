@@ -11,7 +11,7 @@ from harness import MIXERS, Mixer, register_mixer
 from harness.conformance import run_checks
 from mixers.attention import Attention, AttentionConfig
 
-BUILTINS = ["protot", "attention"]
+BUILTINS = ["protot", "attention", "mamba", "mamba2", "deltanet", "gated-deltanet"]
 
 
 @pytest.mark.parametrize("name", BUILTINS)

@@ -1,0 +1,186 @@
+"""Makes flash-linear-attention 0.6's DeltaNet and GatedDeltaNet layers run on any device, kernels routed per call.
+
+fla's layers call Triton kernels for everything (ShortConvolution, the norms, the delta-rule ops), and Triton
+has no CPU driver, so the layers fail on CPU tensors (../shared/research/DEPENDENCIES.md §3). :func:`install`
+(idempotent, before first use) replaces the module-level kernel names those layers call by
+:func:`mixers._routing.route` dispatchers: the Triton kernel runs for kernel "triton" (or, outside a mixer, for
+CUDA tensors); otherwise plain torch does, using fla's own naive references where fla has them:
+
+* ``delta_net.chunk_delta_rule`` / ``fused_recurrent_delta_rule``: ``naive.delta_rule_recurrence``; under kernel
+  "chunk", for several tokens and no state in or out, ``naive.delta_rule_chunkwise`` (T padded to its chunk);
+* ``gated_deltanet.chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule``:
+  ``naive_recurrent_gated_delta_rule``; under "chunk", for several tokens, ``naive_chunk_gated_delta_rule``;
+* ``causal_conv1d`` / ``causal_conv1d_update`` (ShortConvolution, GatedDeltaNet's fused q/k/v conv): depthwise
+  ``F.conv1d`` with the kernels' cache semantics (the cache holds the last ``W`` inputs);
+* ``layernorm.rms_norm`` / ``fused_norm_gate.rms_norm_gated``: ``layernorm.rms_norm_ref`` (then the output gate).
+
+The naive ops take their inputs without the options fla's kernels apply internally, so those are applied here
+first, as the ops' docstrings define them: ``use_qk_l2norm_in_kernel`` (q, k / sqrt(|.|^2 + 1e-6), the kernel's
+eps), ``use_gate_in_kernel`` (``naive_gdn_gate``: g = -exp(A_log) softplus(g + dt_bias)),
+``use_beta_sigmoid_in_kernel`` and ``allow_neg_eigval`` (beta = 2 sigmoid(beta)), ``state_v_first`` (the state
+stored [V, K]). The delta-rule naive ops are head-first ([B, H, T, K]), the gated ones are not.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from mixers._routing import current, route
+
+#: kernels that run fla's own Triton code
+PACKAGE_KERNELS = frozenset({"triton"})
+#: chunk of the naive chunkwise ops: any chunk gives the same result, and 16 is the fastest on CPU (fwd + bwd at
+#: B=16, T=256: delta rule 59 ms at 16 vs 67 at fla's default 32; gated 74 ms at 16 vs 300 at its default 64)
+CHUNK = 16
+#: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
+L2_EPS = 1e-6
+
+_INSTALLED = False
+
+
+def install() -> None:
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    with warnings.catch_warnings():  # import-time noise on a machine without a GPU
+        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch.jit.script_method in fla's modules
+        import fla.layers.delta_net as delta_net
+        import fla.layers.gated_deltanet as gated_deltanet
+        import fla.modules.causal_conv1d.ops as conv_ops
+        import fla.modules.norm.fused_norm_gate as fused_norm_gate
+        import fla.modules.norm.layernorm as layernorm
+
+    def routed(package_fn, torch_fn, probe):
+        return route(package_fn, torch_fn, probe=probe, package_kernels=PACKAGE_KERNELS)
+
+    delta_net.chunk_delta_rule = routed(delta_net.chunk_delta_rule, _delta_rule, "q")
+    delta_net.fused_recurrent_delta_rule = routed(delta_net.fused_recurrent_delta_rule, _delta_rule, "q")
+    gated_deltanet.chunk_gated_delta_rule = routed(gated_deltanet.chunk_gated_delta_rule, _gated_delta_rule, "q")
+    gated_deltanet.fused_recurrent_gated_delta_rule = routed(
+        gated_deltanet.fused_recurrent_gated_delta_rule, _gated_delta_rule, "q"
+    )
+    conv = routed(conv_ops.causal_conv1d, _causal_conv1d, "x")
+    conv_ops.causal_conv1d = conv  # ShortConvolution.forward
+    gated_deltanet.causal_conv1d = conv  # GatedDeltaNet's fused q/k/v convolution
+    conv_ops.causal_conv1d_update = routed(conv_ops.causal_conv1d_update, _causal_conv1d_update, "x")
+    layernorm.rms_norm = routed(layernorm.rms_norm, _rms_norm, "x")
+    fused_norm_gate.rms_norm_gated = routed(fused_norm_gate.rms_norm_gated, _rms_norm_gated, "x")
+    _INSTALLED = True
+
+
+def _l2norm(x: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().sum(-1, keepdim=True) + L2_EPS)).to(x.dtype)
+
+
+def _no_varlen(cu_seqlens, unsupported: dict) -> None:
+    if cu_seqlens is not None:
+        raise NotImplementedError("fla's torch path has no variable-length (cu_seqlens) support.")
+    if unsupported:
+        raise NotImplementedError(f"fla's torch path does not take {', '.join(sorted(unsupported))}.")
+
+
+def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                use_qk_l2norm_in_kernel=False, **unsupported):
+    """``chunk_delta_rule`` / ``fused_recurrent_delta_rule`` ([B, T, H, K] in and out) via fla's naive ops."""
+    from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
+
+    _no_varlen(cu_seqlens, unsupported)
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2norm(q), _l2norm(k)
+    if scale is not None:  # the naive ops scale q by K^-0.5 themselves
+        q = q * (scale * q.shape[-1] ** 0.5)
+    q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # head-first
+    T = q.shape[2]
+    if current() == "chunk" and T > 1 and initial_state is None and not output_final_state:
+        pad = (-T) % CHUNK  # zero keys and betas: padded steps change nothing before them
+        if pad:
+            q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+            beta = F.pad(beta, (0, pad))
+        o, final = delta_rule_chunkwise(q, k, v, beta, chunk_size=CHUNK)
+        return o[:, :, :T].transpose(1, 2).to(v.dtype), None
+    o, final = delta_rule_recurrence(q, k, v, beta, initial_state=initial_state,
+                                     output_final_state=output_final_state)
+    return o.transpose(1, 2), final
+
+
+def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                      state_v_first=False, cu_seqlens=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                      **unsupported):
+    """``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` via fla's naive ops."""
+    from fla.ops.gated_delta_rule.gate import naive_gdn_gate
+    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+
+    _no_varlen(cu_seqlens, unsupported)
+    if q.shape[2] != v.shape[2]:
+        raise NotImplementedError("fla's naive gated delta rule has no grouped values (num_v_heads > num_heads).")
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2norm(q), _l2norm(k)
+    if use_gate_in_kernel:
+        g = naive_gdn_gate(g, A_log, dt_bias)
+    if beta is None:
+        beta = torch.ones_like(q[..., 0])
+    elif use_beta_sigmoid_in_kernel:
+        beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
+    if initial_state is not None and state_v_first:
+        initial_state = initial_state.transpose(-1, -2)
+    if current() == "chunk" and q.shape[1] > 1:
+        o, final = naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=CHUNK, scale=scale,
+                                                initial_state=initial_state, output_final_state=output_final_state)
+    else:
+        o, final = naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale, initial_state=initial_state,
+                                                    output_final_state=output_final_state)
+    if final is not None and state_v_first:
+        final = final.transpose(-1, -2)
+    return o.to(v.dtype), final
+
+
+def _causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
+                   activation=None, backend=None, cu_seqlens=None, **unsupported):
+    """fla's ``causal_conv1d``: x [B, T, D], weight [D, W]; the cache [B, D, W] holds the last W inputs."""
+    _no_varlen(cu_seqlens, {k: v for k, v in unsupported.items() if v is not None})
+    B, T, D = x.shape
+    W = weight.shape[1]
+    inputs = x.transpose(1, 2)
+    history = initial_state.to(x.dtype) if initial_state is not None else x.new_zeros(B, D, W)
+    window = torch.cat([history, inputs], dim=-1)
+    y = F.conv1d(window[..., 1:], weight.unsqueeze(1), bias, groups=D).transpose(1, 2)
+    if activation in ("silu", "swish"):
+        y = F.silu(y)
+    if residual is not None:
+        y = y + residual
+    return y, (window[..., -W:] if output_final_state else None)
+
+
+def _causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None):
+    """fla's one-token conv update; returns the output and a new cache (the Triton kernel writes it in place)."""
+    cache = torch.cat([cache[..., 1:], x.reshape(cache.shape[0], cache.shape[1], 1).to(cache.dtype)], dim=-1)
+    y = (cache * weight).sum(-1) if weight is not None else cache.sum(-1)
+    if bias is not None:
+        y = y + bias
+    if activation in ("silu", "swish"):
+        y = F.silu(y)
+    y = y.to(x.dtype).view(x.shape)
+    return (y + residual if residual is not None else y), cache
+
+
+def _rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
+    from fla.modules.norm.layernorm import rms_norm_ref
+
+    return rms_norm_ref(x, weight, bias, residual=residual, eps=eps, prenorm=prenorm, upcast=True)
+
+
+def _rms_norm_gated(x, g, weight, bias, activation="swish", residual=None, prenorm=False, residual_in_fp32=False,
+                    eps=1e-6):
+    from fla.modules.norm.layernorm import rms_norm_ref
+
+    if prenorm or residual is not None:
+        raise NotImplementedError("fla's torch gated norm takes no residual.")
+    y = rms_norm_ref(x.float(), weight, bias, eps=eps, upcast=True)
+    gate = F.silu(g.float()) if activation in ("swish", "silu") else torch.sigmoid(g.float())
+    return (y * gate).to(x.dtype)

@@ -1,0 +1,249 @@
+"""DeltaNet (``deltanet``) and Gated DeltaNet (``gated-deltanet``) from flash-linear-attention's own layers.
+
+Each mixer holds one ``fla.layers.DeltaNet`` / ``fla.layers.GatedDeltaNet`` at the backbone width; fla is
+imported by the first constructor (through :mod:`mixers._fla_routing`, which routes its kernels), so listing
+mixers stays fast. Parameter names and shapes are the fla layer's on every device.
+
+Kernels (:class:`mixers._routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
+
+* ``recurrent`` — the reference: fla's naive token-by-token recurrences;
+* ``chunk`` — fla's naive chunkwise ops, the same maths several times faster (the default off CUDA). DeltaNet's
+  chunkwise op takes no state, so calls with a state in or out (prefill, decode) run the recurrence; so do
+  single-token calls of either mixer, where padding to a chunk would only cost;
+* ``triton`` — fla's Triton kernels, run under bf16 autocast because its chunk delta-rule kernel rejects fp32.
+
+State goes through the layer's own cache protocol (a one-layer stand-in for fla's ``Cache``): the recurrent
+state [B, H, K, V] (Gated DeltaNet stores it [B, H, V, K]) plus, with short convolutions, the last ``conv_size``
+inputs of the q, k and v convolutions: O(1) in the length. Initialisation is fla's model recipe
+(``FLAPreTrainedModel._init_weights``: N(0, 0.02) for every linear and convolution weight, zero biases).
+Units are heads (zeroed before ``o_proj`` by the mask intervention); the recorder gets the recurrent state's
+norm per head after each stateful call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.mixer import Unit
+from harness.recording import record, recording
+from harness.registry import register_mixer
+from mixers import _fla_routing, _routing
+from mixers._routed_mixer import RoutedMixer
+
+#: fla's initializer_range
+INIT_STD = 0.02
+
+
+def _check_common(mixer: str, num_heads: int, conv_size: int) -> None:
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ConfigError(f"{mixer}: num_heads must be a positive integer, got {num_heads!r}.")
+    if not isinstance(conv_size, int) or conv_size < 2:
+        raise ConfigError(f"{mixer}: conv_size must be an integer >= 2, got {conv_size!r}.")
+
+
+@dataclass(frozen=True)
+class DeltaNetConfig:
+    """``fla.layers.DeltaNet`` options; the defaults are fla's (4 heads of d_model / 4 suit every preset)."""
+
+    num_heads: int = 4
+    expand_k: float = 1.0
+    expand_v: float = 1.0
+    use_beta: bool = True
+    use_gate: bool = False
+    use_short_conv: bool = True
+    conv_size: int = 4
+    allow_neg_eigval: bool = False
+
+    def __post_init__(self) -> None:
+        _check_common("deltanet", self.num_heads, self.conv_size)
+        if self.expand_k <= 0 or self.expand_v <= 0:
+            raise ConfigError("deltanet: expand_k and expand_v must be positive.")
+
+
+@dataclass(frozen=True)
+class GatedDeltaNetConfig:
+    """``fla.layers.GatedDeltaNet`` options; fla's defaults except head_dim. fla's 256 is sized for d_model 2048;
+    0 applies fla's own sizing rule instead (num_heads * head_dim = 0.75 d_model, about 6 d_model^2 parameters
+    per layer with the output gate): head_dim = d_model / 8 with the 6 default heads."""
+
+    num_heads: int = 6
+    head_dim: int = 0
+    expand_v: float = 2.0
+    use_gate: bool = True
+    use_short_conv: bool = True
+    conv_size: int = 4
+    allow_neg_eigval: bool = False
+
+    def __post_init__(self) -> None:
+        _check_common("gated-deltanet", self.num_heads, self.conv_size)
+        if not isinstance(self.head_dim, int) or self.head_dim < 0:
+            raise ConfigError(
+                f"gated-deltanet: head_dim must be a positive integer or 0 for auto, got {self.head_dim!r}."
+            )
+        if self.expand_v <= 0:
+            raise ConfigError("gated-deltanet: expand_v must be positive.")
+
+
+class _LayerCache:
+    """The part of fla's ``Cache`` its layers use (``len``, ``[layer_idx]``, ``update``), for one layer (index 0)."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = state
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, layer_idx: int) -> dict[str, Any]:
+        return self.state
+
+    def update(self, layer_idx: int = 0, recurrent_state=None, conv_state=None, **_: Any) -> dict[str, Any]:
+        self.state = {"recurrent_state": recurrent_state, "conv_state": conv_state}
+        return self.state
+
+
+class _DeltaBase(RoutedMixer):
+    portable_kernels = ("recurrent", "chunk")
+    cuda_kernels = ("triton",)
+    packages = ("flash-linear-attention", "fla-core", "triton")
+    cuda_dtype = torch.bfloat16  # fla's chunk delta-rule kernel asserts non-fp32 inputs
+    layer: nn.Module
+
+    def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        _fla_routing.install()
+
+    def _finish_init(self) -> None:
+        for module in self.layer.modules():
+            if isinstance(module, (nn.Linear, nn.Conv1d)):
+                nn.init.normal_(module.weight, 0.0, INIT_STD)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        self._install_unit_mask()
+
+    def default_kernel(self, device: torch.device) -> str:
+        return "triton" if device.type == "cuda" else "chunk"
+
+    def _output_projection(self) -> nn.Linear:
+        return self.layer.o_proj
+
+    def _unit_width(self) -> int:
+        return self.layer.head_v_dim
+
+    @property
+    def _conv_dims(self) -> tuple[int, int, int]:
+        return self.layer.key_dim, self.layer.key_dim, self.layer.value_dim
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "recurrent": torch.zeros(batch_size, *self._recurrent_shape, device=device, dtype=dtype)
+        }
+        if self.cfg.use_short_conv:
+            W = self.cfg.conv_size
+            state["conv"] = tuple(torch.zeros(batch_size, d, W, device=device, dtype=dtype) for d in self._conv_dims)
+        return state
+
+    def state_size(self, seq_len: int) -> int:
+        conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
+        return math.prod(self._recurrent_shape) + conv
+
+    def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None):
+        self._check_device(x)
+        cache = None
+        if state is not None:
+            cache = _LayerCache({"recurrent_state": state["recurrent"], "conv_state": state.get("conv")})
+        on_cuda_kernel = self.kernel in self.cuda_kernels
+        with _routing.selected(self.kernel), torch.autocast("cuda", self.cuda_dtype, enabled=on_cuda_kernel):
+            y, _, _ = self.layer(x, past_key_values=cache, use_cache=state is not None)
+        y = y.to(x.dtype)
+        if cache is None:
+            return y, None
+        # the state keeps its dtype when the kernels compute in another (bf16 on CUDA)
+        new_state: dict[str, Any] = {"recurrent": cache.state["recurrent_state"].to(state["recurrent"].dtype)}
+        if self.cfg.use_short_conv:
+            new_state["conv"] = tuple(c.to(old.dtype) for c, old in zip(cache.state["conv_state"], state["conv"]))
+        if recording():
+            record(self.layer_idx, "delta_state_norm", new_state["recurrent"].flatten(2).norm(dim=-1).unsqueeze(1))
+        return y, new_state
+
+    def step(self, x_t: torch.Tensor, state: dict[str, Any]):
+        state = {  # fla's CUDA decode kernels update the caches in place
+            "recurrent": state["recurrent"].clone(),
+            **({"conv": tuple(c.clone() for c in state["conv"])} if "conv" in state else {}),
+        }
+        y, state = self.forward(x_t.unsqueeze(1), state)
+        return y.squeeze(1), state
+
+    @property
+    def _recurrent_shape(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+
+@register_mixer("deltanet", config=DeltaNetConfig)
+class DeltaNetMixer(_DeltaBase):
+    def __init__(self, cfg: DeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        for name, expand in (("expand_k", cfg.expand_k), ("expand_v", cfg.expand_v)):
+            dim = d_model * expand
+            if dim != int(dim) or int(dim) % cfg.num_heads:
+                raise ConfigError(
+                    f"deltanet: d_model * {name} ({dim:g}) must be an integer divisible by num_heads ({cfg.num_heads})."
+                )
+        from fla.layers import DeltaNet
+
+        self.layer = DeltaNet(
+            hidden_size=d_model, expand_k=cfg.expand_k, expand_v=cfg.expand_v, num_heads=cfg.num_heads,
+            use_beta=cfg.use_beta, use_gate=cfg.use_gate, use_short_conv=cfg.use_short_conv,
+            conv_size=cfg.conv_size, allow_neg_eigval=cfg.allow_neg_eigval, layer_idx=0,
+        )
+        self._finish_init()
+
+    @property
+    def _recurrent_shape(self) -> tuple[int, ...]:
+        return self.layer.num_heads, self.layer.head_k_dim, self.layer.head_v_dim
+
+    def units(self) -> list[Unit]:
+        attrs = {"head_k_dim": float(self.layer.head_k_dim), "head_v_dim": float(self.layer.head_v_dim)}
+        return [Unit(self.layer_idx, h, "head", dict(attrs)) for h in range(self.layer.num_heads)]
+
+
+@register_mixer("gated-deltanet", config=GatedDeltaNetConfig)
+class GatedDeltaNetMixer(_DeltaBase):
+    def __init__(self, cfg: GatedDeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        head_dim = cfg.head_dim
+        if not head_dim:
+            if (3 * d_model) % (4 * cfg.num_heads):
+                raise ConfigError(
+                    f"gated-deltanet: 0.75 * d_model ({0.75 * d_model:g}) is not a multiple of num_heads "
+                    f"({cfg.num_heads}); set head_dim explicitly."
+                )
+            head_dim = 3 * d_model // (4 * cfg.num_heads)
+        if head_dim * cfg.expand_v != int(head_dim * cfg.expand_v):
+            raise ConfigError(f"gated-deltanet: head_dim * expand_v ({head_dim * cfg.expand_v:g}) must be an integer.")
+        from fla.layers import GatedDeltaNet
+
+        self.layer = GatedDeltaNet(
+            hidden_size=d_model, expand_v=cfg.expand_v, head_dim=head_dim, num_heads=cfg.num_heads,
+            use_gate=cfg.use_gate, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
+            allow_neg_eigval=cfg.allow_neg_eigval, layer_idx=0,
+        )
+        self._finish_init()
+
+    @property
+    def _recurrent_shape(self) -> tuple[int, ...]:  # fla stores it value-first (state_v_first)
+        return self.layer.num_v_heads, self.layer.head_v_dim, self.layer.head_k_dim
+
+    def units(self) -> list[Unit]:
+        gate = -torch.exp(self.layer.A_log.detach().float()) * F.softplus(self.layer.dt_bias.detach().float())
+        units = []
+        for h, decay in enumerate(torch.exp(gate).tolist()):  # state decay per step at zero input
+            half_life = math.log(0.5) / math.log(decay) if 0.0 < decay < 1.0 else math.inf
+            units.append(Unit(self.layer_idx, h, "head", {"decay": decay, "half_life": half_life}))
+        return units

@@ -1,0 +1,286 @@
+"""Mamba-1 (``mamba``, the ProtoT paper's baseline) and Mamba-2 (``mamba2``) from mamba-ssm's own modules.
+
+Each mixer holds one ``mamba_ssm.Mamba`` / ``mamba_ssm.Mamba2`` at the backbone width; the package is imported by
+the first constructor (through :mod:`mixers._mamba_routing`, which makes it importable and routes its kernels),
+so listing mixers stays fast. Parameter names and shapes are the package module's on every device.
+
+Kernels (:class:`mixers._routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
+
+* ``mamba``: ``reference`` (``selective_scan_ref``, the package's definition), ``cpu-scan``
+  (:mod:`mixers.selective_scan_cpu`, the same maths; the default on CPU, and on a GPU whose mamba-ssm was built
+  without its CUDA extension) and ``cuda`` (the compiled scan, and the fused ``mamba_inner_fn`` when causal-conv1d
+  is installed).
+* ``mamba2``: ``reference`` (the package's pure-torch SSD) and ``cuda`` (its Triton kernels).
+
+Training calls the package module's own ``forward``. Decoding calls its own ``step`` with our state, so a decode
+state is the package's pair: the last ``d_conv`` conv inputs and the SSM state (O(1) in the length). The package
+forward cannot start from a non-zero state, so prefill/continuation (``forward(x, state)``) is written here with
+the same parameters and the same routed scans: the conv reads the carried inputs, and the scan's response to the
+carried SSM state is added in closed form for Mamba-1 (its scans have no initial-state argument) or passed as
+``initial_states`` for Mamba-2.
+
+Initialisation is the package's, plus the rescaling its ``MambaLMHeadModel`` applies with an MLP in every block:
+``out_proj`` divided by sqrt(2 * n_layers). Units are Mamba-1 channels / Mamba-2 heads with their decay per step
+at the bias step size; the recorder gets the SSM state's norm per unit after each stateful call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.errors import ConfigError
+from harness.mixer import Unit
+from harness.recording import record, recording
+from harness.registry import register_mixer
+from mixers import _mamba_routing, _routing
+from mixers._routed_mixer import RoutedMixer
+
+PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
+
+
+def _require_positive(mixer: str, **values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{mixer}: {name} must be a positive integer, got {value!r}.")
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """``mamba_ssm.Mamba`` options; the defaults are the package's (they suit every preset width)."""
+
+    d_state: int = 16
+    d_conv: int = 4
+    expand: int = 2
+    dt_rank: int = 0  # 0 = the package's "auto": ceil(d_model / 16)
+
+    def __post_init__(self) -> None:
+        _require_positive("mamba", d_state=self.d_state, d_conv=self.d_conv, expand=self.expand)
+        if not isinstance(self.dt_rank, int) or self.dt_rank < 0:
+            raise ConfigError(f"mamba: dt_rank must be a positive integer or 0 for auto, got {self.dt_rank!r}.")
+
+
+@dataclass(frozen=True)
+class Mamba2Config:
+    """``mamba_ssm.Mamba2`` options; the defaults are the package's. Its d_state of 128 and head size of 64 fit
+    even the tiny preset (d_model 64: two heads); widths where expand * d_model is not a multiple of headdim
+    need a smaller headdim."""
+
+    d_state: int = 128
+    d_conv: int = 4
+    expand: int = 2
+    headdim: int = 64
+    ngroups: int = 1
+    chunk_size: int = 256  # the CUDA kernels' chunk; the torch path uses its own block (any gives the same result)
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "mamba2", d_state=self.d_state, d_conv=self.d_conv, expand=self.expand, headdim=self.headdim,
+            ngroups=self.ngroups, chunk_size=self.chunk_size,
+        )
+
+
+class _MambaBase(RoutedMixer):
+    """What both Mamba mixers share: the wrapped module ``self.mamba``, routing, state handling."""
+
+    cuda_kernels = ("cuda",)
+    packages = PACKAGES
+    mamba: nn.Module
+
+    def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        self.routing = _mamba_routing.install()
+
+    def _finish_init(self, n_layers: int) -> None:
+        with torch.no_grad():  # MambaLMHeadModel's GPT-2 style rescaling, two residual branches per block
+            self.mamba.out_proj.weight.div_(math.sqrt(2 * n_layers))
+        self._install_unit_mask()
+
+    def default_kernel(self, device: torch.device) -> str:
+        if device.type == "cuda" and self.cuda_kernels_installed():
+            return "cuda"
+        return self.portable_kernels[-1]  # the fastest portable kernel
+
+    def _output_projection(self) -> nn.Linear:
+        return self.mamba.out_proj
+
+    def forward(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None = None):
+        self._check_device(x)
+        with _routing.selected(self.kernel):
+            if state is None:
+                self._choose_fused_path()
+                return self.mamba(x), None
+            y, state = self._continue(x, state)
+        self._record(state)
+        return y, state
+
+    def step(self, x_t: torch.Tensor, state: dict[str, torch.Tensor]):
+        self._check_device(x_t)
+        conv, ssm = state["conv"].clone(), state["ssm"].clone()  # the package updates them in place
+        with _routing.selected(self.kernel):
+            y, conv, ssm = self.mamba.step(x_t.unsqueeze(1), conv, ssm)
+        state = {"conv": conv, "ssm": ssm}
+        self._record(state)
+        return y.squeeze(1), state
+
+    def _record(self, state: dict[str, torch.Tensor]) -> None:
+        if recording():
+            record(self.layer_idx, "ssm_state_norm", state["ssm"].flatten(2).norm(dim=-1).unsqueeze(1))
+
+    def _conv_with_history(self, inputs: torch.Tensor, history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The package's causal conv + SiLU on ``inputs`` (batch, channels, T) continuing from ``history`` (its
+        last d_conv inputs, the package's conv state layout); returns the activations and the new history."""
+        conv = self.mamba.conv1d
+        window = torch.cat([history.to(inputs.dtype), inputs], dim=-1)
+        out = F.silu(F.conv1d(window[..., 1:], conv.weight, conv.bias, groups=conv.groups))
+        return out, window[..., -history.shape[-1]:].to(history.dtype)
+
+    def _choose_fused_path(self) -> None:
+        raise NotImplementedError
+
+    def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor]):
+        raise NotImplementedError
+
+
+@register_mixer("mamba", config=MambaConfig)
+class MambaMixer(_MambaBase):
+    portable_kernels = ("reference", "cpu-scan")
+
+    def __init__(self, cfg: MambaConfig, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        from mamba_ssm import Mamba
+
+        self.mamba = Mamba(
+            d_model, d_state=cfg.d_state, d_conv=cfg.d_conv, expand=cfg.expand,
+            dt_rank=cfg.dt_rank or "auto", use_fast_path=False,
+        )
+        self._finish_init(n_layers)
+
+    def cuda_kernels_installed(self) -> bool:
+        return self.routing.selective_scan_cuda
+
+    def _choose_fused_path(self) -> None:
+        # mamba_inner_fn (needs causal-conv1d) applies out_proj inside the kernel, past the unit-mask hook
+        self.mamba.use_fast_path = self.kernel == "cuda" and self.routing.causal_conv1d and not self.masking
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        m = self.mamba
+        return {
+            "conv": torch.zeros(batch_size, m.d_inner, m.d_conv, device=device, dtype=dtype),
+            "ssm": torch.zeros(batch_size, m.d_inner, m.d_state, device=device, dtype=dtype),
+        }
+
+    def state_size(self, seq_len: int) -> int:
+        return self.mamba.d_inner * (self.mamba.d_conv + self.mamba.d_state)
+
+    def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor]):
+        from mamba_ssm.modules import mamba_simple
+
+        m = self.mamba
+        u, z = m.in_proj(x).transpose(1, 2).chunk(2, dim=1)  # (batch, d_inner, T) each
+        u, conv_state = self._conv_with_history(u, state["conv"])
+        dt, B, C = torch.split(m.x_proj(u.transpose(1, 2)), [m.dt_rank, m.d_state, m.d_state], dim=-1)
+        dt = F.linear(dt, m.dt_proj.weight).transpose(1, 2)  # the scan adds the bias
+        B, C = B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous()
+        A = -torch.exp(m.A_log.float())
+        bias = m.dt_proj.bias.float()
+        y, last = mamba_simple.selective_scan_fn(
+            u, dt, A, B, C, m.D.float(), z=None, delta_bias=bias, delta_softplus=True, return_last_state=True
+        )
+        # The scan starts from zero. By linearity the carried state h0 adds C_t . (exp(A * sum_{s<=t} dt_s) h0).
+        h0 = state["ssm"].float()
+        decay = torch.exp(A[None, :, :, None] * F.softplus(dt.float() + bias[:, None]).cumsum(-1)[:, :, None, :])
+        y = y + torch.einsum("bdnt,bdn,bnt->bdt", decay, h0, C.float()).to(y.dtype)
+        last = last + decay[..., -1] * h0
+        y = y * F.silu(z)
+        out = m.out_proj(y.transpose(1, 2))
+        return out, {"conv": conv_state, "ssm": last.to(state["ssm"].dtype)}
+
+    def units(self) -> list[Unit]:
+        m = self.mamba
+        dt = F.softplus(m.dt_proj.bias.detach().float())  # step size at zero input
+        decay = torch.exp(-torch.exp(m.A_log.detach().float()) * dt[:, None]).mean(-1)
+        return [_unit(self.layer_idx, c, "channel", dt[c].item(), decay[c].item()) for c in range(m.d_inner)]
+
+    def _unit_width(self) -> int:
+        return 1
+
+
+@register_mixer("mamba2", config=Mamba2Config)
+class Mamba2Mixer(_MambaBase):
+    portable_kernels = ("reference",)
+
+    def __init__(self, cfg: Mamba2Config, d_model: int, layer_idx: int, n_layers: int):
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        d_inner = cfg.expand * d_model
+        if d_inner % cfg.headdim:
+            raise ConfigError(
+                f"mamba2: expand * d_model ({d_inner}) must be a multiple of headdim ({cfg.headdim}); "
+                f"choose a headdim that divides it."
+            )
+        if (d_inner // cfg.headdim) % cfg.ngroups:
+            raise ConfigError(f"mamba2: ngroups ({cfg.ngroups}) must divide the {d_inner // cfg.headdim} heads.")
+        from mamba_ssm import Mamba2
+
+        self.mamba = Mamba2(
+            d_model, d_state=cfg.d_state, d_conv=cfg.d_conv, expand=cfg.expand, headdim=cfg.headdim,
+            ngroups=cfg.ngroups, chunk_size=cfg.chunk_size, use_mem_eff_path=False,
+        )
+        self._finish_init(n_layers)
+
+    def _choose_fused_path(self) -> None:
+        # mamba_split_conv1d_scan_combined (needs causal-conv1d) applies out_proj inside, past the unit-mask hook
+        self.mamba.use_mem_eff_path = self.kernel == "cuda" and self.routing.causal_conv1d and not self.masking
+
+    @property
+    def _conv_dim(self) -> int:
+        return self.mamba.conv1d.weight.shape[0]
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        m = self.mamba
+        return {
+            "conv": torch.zeros(batch_size, self._conv_dim, m.d_conv, device=device, dtype=dtype),
+            "ssm": torch.zeros(batch_size, m.nheads, m.headdim, m.d_state, device=device, dtype=dtype),
+        }
+
+    def state_size(self, seq_len: int) -> int:
+        m = self.mamba
+        return self._conv_dim * m.d_conv + m.nheads * m.headdim * m.d_state
+
+    def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor]):
+        from mamba_ssm.modules import mamba2
+
+        m = self.mamba
+        batch, T, _ = x.shape
+        groups = m.ngroups * m.d_state
+        z, xBC, dt = torch.split(m.in_proj(x), [m.d_ssm, m.d_ssm + 2 * groups, m.nheads], dim=-1)
+        xBC, conv_state = self._conv_with_history(xBC.transpose(1, 2), state["conv"])
+        u, B, C = torch.split(xBC.transpose(1, 2), [m.d_ssm, groups, groups], dim=-1)
+        y, last = mamba2.mamba_chunk_scan_combined(
+            u.reshape(batch, T, m.nheads, m.headdim), dt, -torch.exp(m.A_log.float()),
+            B.reshape(batch, T, m.ngroups, m.d_state), C.reshape(batch, T, m.ngroups, m.d_state),
+            chunk_size=m.chunk_size, D=m.D, dt_bias=m.dt_bias, dt_softplus=True,
+            initial_states=state["ssm"], return_final_states=True,
+        )
+        y = m.norm(y.reshape(batch, T, m.d_ssm), z)
+        return m.out_proj(y), {"conv": conv_state, "ssm": last.to(state["ssm"].dtype)}
+
+    def units(self) -> list[Unit]:
+        m = self.mamba
+        dt = F.softplus(m.dt_bias.detach().float())
+        decay = torch.exp(-torch.exp(m.A_log.detach().float()) * dt)
+        return [_unit(self.layer_idx, h, "head", dt[h].item(), decay[h].item()) for h in range(m.nheads)]
+
+    def _unit_width(self) -> int:
+        return self.mamba.headdim
+
+
+def _unit(layer: int, index: int, kind: str, dt: float, decay: float) -> Unit:
+    """A unit with its step size and state decay per step at zero input, and the half-life that decay implies."""
+    half_life = math.log(0.5) / math.log(decay) if 0.0 < decay < 1.0 else math.inf
+    return Unit(layer, index, kind, {"dt": dt, "decay": decay, "half_life": half_life})

@@ -1,0 +1,211 @@
+"""The DeltaNet and Gated DeltaNet mixers (fla's layers, kernels routed per device)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import Recorder
+from harness.conformance import run_checks
+from harness.errors import ConfigError
+from harness.registry import MIXERS
+from mixers import _fla_routing, _routing, parity
+from mixers.deltanet import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetConfig, GatedDeltaNetMixer
+
+NAMES = ["deltanet", "gated-deltanet"]
+# fla warns whenever use_short_conv=False, which some cases here ask for on purpose
+pytestmark = pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+
+
+def make(name: str, d_model: int = 32, **cfg) -> torch.nn.Module:
+    entry = MIXERS.get(name)
+    return entry.cls(entry.make_config(cfg), d_model, 1, 2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance(name):
+    report = run_checks(name)
+    assert report.passed, report.render()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_backward_and_every_parameter_gets_a_gradient(name):
+    layer = make(name)
+    x = torch.randn(2, 40, 32, requires_grad=True)
+    y, state = layer(x)
+    assert y.shape == x.shape and state is None
+    y.square().mean().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    for pname, p in layer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_causal(name):
+    layer = make(name)
+    x = torch.randn(2, 40, 32)
+    x2 = x.clone()
+    x2[:, 17:] = torch.randn(2, 23, 32)
+    with torch.no_grad():
+        assert torch.equal(layer(x)[0][:, :17], layer(x2)[0][:, :17])
+
+
+CONFIGS = [
+    ("deltanet", {}),
+    ("deltanet", {"use_gate": True, "allow_neg_eigval": True}),
+    ("deltanet", {"use_short_conv": False}),
+    ("gated-deltanet", {}),
+    ("gated-deltanet", {"allow_neg_eigval": True, "use_gate": False}),
+]
+
+
+@pytest.mark.parametrize(("name", "cfg"), CONFIGS)
+def test_decode_and_prefill_continue_from_any_state(name, cfg):
+    """Prefill from a non-zero state, then step: equals one forward, for every kernel and in-kernel option."""
+    layer = make(name, **cfg)
+    x = torch.randn(2, 30, 32)
+    for kernel in layer.kernels:
+        layer.set_kernel(kernel)
+        with torch.no_grad():
+            full, _ = layer(x)
+            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
+            y_mid, state = layer(x[:, 11:20], state)
+            steps = []
+            for t in range(20, 30):
+                y_t, state = layer.step(x[:, t], state)
+                steps.append(y_t)
+        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
+        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
+
+
+@pytest.mark.parametrize(("name", "cfg"), CONFIGS)
+def test_chunk_kernel_equals_recurrence(name, cfg):
+    """Over several chunks and a length that is not a multiple of the chunk: outputs and gradients."""
+    layer = make(name, **cfg)
+    x = torch.randn(2, 75, 32)
+    results = {}
+    for kernel in ("recurrent", "chunk"):
+        layer.set_kernel(kernel)
+        layer.zero_grad(set_to_none=True)
+        xk = x.clone().requires_grad_(True)
+        y, _ = layer(xk)
+        (y * torch.linspace(-1, 1, 32)).sum().backward()
+        results[kernel] = [y.detach(), xk.grad] + [p.grad for p in layer.parameters()]
+    for a, b in zip(results["chunk"], results["recurrent"]):
+        assert rel(a, b) <= 1e-4
+
+
+def test_gated_gradients_stay_finite_under_strong_decay():
+    layer = make("gated-deltanet", d_model=64)
+    with torch.no_grad():
+        layer.layer.A_log.fill_(4.0)
+        layer.layer.dt_bias.fill_(3.0)  # log-decay about -165 per step
+    x = torch.randn(2, 70, 64, requires_grad=True)
+    layer(x)[0].square().mean().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
+def test_state_layout_and_size():
+    delta = make("deltanet")
+    state = delta.init_state(3, torch.device("cpu"), torch.float32)
+    assert state["recurrent"].shape == (3, 4, 8, 8) and len(state["conv"]) == 3
+    assert delta.state_size(10) == 4 * 8 * 8 + (32 + 32 + 32) * 4
+    no_conv = make("deltanet", use_short_conv=False)
+    assert set(no_conv.init_state(1, torch.device("cpu"), torch.float32)) == {"recurrent"}
+    gated = make("gated-deltanet", d_model=64)  # 6 heads of 64 / 8 = 8 key dims, 16 value dims (fla: [V, K])
+    assert gated.init_state(1, torch.device("cpu"), torch.float32)["recurrent"].shape == (1, 6, 16, 8)
+
+
+def test_step_does_not_modify_the_callers_state():
+    layer = make("gated-deltanet", d_model=64)
+    state = layer.init_state(1, torch.device("cpu"), torch.float32)
+    state["recurrent"] += 1.0
+    before = state["recurrent"].clone(), [c.clone() for c in state["conv"]]
+    with torch.no_grad():
+        layer.step(torch.randn(1, 64), state)
+    assert torch.equal(state["recurrent"], before[0])
+    assert all(torch.equal(a, b) for a, b in zip(state["conv"], before[1]))
+
+
+def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
+    layer = make("deltanet")
+    assert DeltaNetMixer.kernels == ("recurrent", "chunk", "triton")
+    assert layer.kernels == ("recurrent", "chunk")
+    assert layer.default_kernel(torch.device("cpu")) == "chunk"
+    assert layer.default_kernel(torch.device("cuda")) == "triton"
+    with pytest.raises(ConfigError, match="needs CUDA"):
+        layer.set_kernel("triton")
+
+    import fla.ops.delta_rule.naive as naive
+
+    seen = []
+    for fn in ("delta_rule_recurrence", "delta_rule_chunkwise"):
+        original = getattr(naive, fn)
+        monkeypatch.setattr(naive, fn, lambda *a, _f=original, _n=fn, **k: seen.append(_n) or _f(*a, **k))
+    x = torch.randn(1, 40, 32)
+    for kernel in ("chunk", "recurrent"):
+        layer.set_kernel(kernel)
+        layer(x)
+    assert seen == ["delta_rule_chunkwise", "delta_rule_recurrence"]
+
+
+def test_routing_is_installed_once_and_selected_is_scoped():
+    import fla.layers.delta_net as delta_net
+
+    _fla_routing.install()
+    dispatcher = delta_net.chunk_delta_rule
+    _fla_routing.install()
+    assert delta_net.chunk_delta_rule is dispatcher
+    with _routing.selected("chunk"):
+        assert _routing.current() == "chunk"
+    assert _routing.current() is None
+
+
+def test_units_masking_and_recording():
+    layer = make("deltanet")
+    assert [u.index for u in layer.units()] == [0, 1, 2, 3] and layer.units()[0].kind == "head"
+    gated = make("gated-deltanet", d_model=64).units()
+    assert len(gated) == 6 and 0 < gated[0].attrs["decay"] < 1 and gated[0].attrs["half_life"] > 0
+    x = torch.randn(2, 9, 32)
+    with torch.no_grad():
+        with layer.intervene(range(4), "mask"):  # every head masked before o_proj (no bias): zero output
+            assert layer(x)[0].abs().max() == 0
+        with layer.intervene([1], "mask"):
+            y = layer(x)[0]
+        assert not torch.equal(y, layer(x)[0])
+        with Recorder() as rec:
+            _, state = layer(x, layer.init_state(2, x.device, x.dtype))
+            layer.step(x[:, 0], state)
+    assert rec.get(1, "delta_state_norm").shape == (2, 2, 4)
+
+
+def test_configs_validate_and_defaults_are_flas():
+    assert DeltaNetConfig().num_heads == 4 and DeltaNetConfig().expand_v == 1.0
+    assert GatedDeltaNetConfig().num_heads == 6 and GatedDeltaNetConfig().expand_v == 2.0
+    with pytest.raises(ConfigError, match="num_heads"):
+        DeltaNetConfig(num_heads=0)
+    with pytest.raises(ConfigError, match="divisible by num_heads"):
+        DeltaNetMixer(DeltaNetConfig(num_heads=5), 32, 0, 1)
+    with pytest.raises(ConfigError, match="set head_dim"):
+        GatedDeltaNetMixer(GatedDeltaNetConfig(), 20, 0, 1)
+    assert GatedDeltaNetMixer(GatedDeltaNetConfig(head_dim=4), 20, 0, 1).layer.head_k_dim == 4
+    assert {"flash-linear-attention", "fla-core", "triton"} <= set(make("deltanet").package_versions())
+
+
+def test_parity_machinery_on_cpu():
+    for mode in parity.MODES:
+        result = parity.compare("gated-deltanet", mode, device="cpu", seq_len=40)
+        assert result.passed and result.kernel == "chunk", result
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the Triton kernels cannot be compared here")
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("mode", parity.MODES)
+def test_cuda_matches_cpu_reference(name, mode):
+    result = parity.compare(name, mode)
+    assert result.passed, result

@@ -1,0 +1,274 @@
+"""The Mamba-1 and Mamba-2 mixers (mamba-ssm's modules, kernels routed per device) and the fast CPU scan."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import Recorder
+from harness.conformance import run_checks
+from harness.errors import ConfigError
+from harness.registry import MIXERS
+from mixers import _mamba_routing, parity
+from mixers.mamba import Mamba2Config, Mamba2Mixer, MambaConfig, MambaMixer
+from mixers.selective_scan_cpu import selective_scan_cpu
+
+NAMES = ["mamba", "mamba2"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _importable_mamba_ssm():
+    """mamba-ssm is importable once routed (on a CPU-only build it lacks its CUDA extension); mixers do this."""
+    _mamba_routing.install()
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+
+
+def make(name: str, d_model: int = 32, **cfg) -> torch.nn.Module:
+    entry = MIXERS.get(name)
+    config = entry.make_config(cfg or ({"headdim": 16} if name == "mamba2" else {}))
+    return entry.cls(config, d_model, 1, 2)
+
+
+# ---------------------------------------------------------------- the CPU scan
+def scan_inputs(batch=2, dim=8, n=4, length=33, bc="per-step", extras=True):
+    gen = torch.Generator().manual_seed(1)
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).requires_grad_(True)
+
+    bc_shape = {"per-step": (batch, n, length), "grouped": (batch, 2, n, length), "shared": (dim, n)}[bc]
+    delta = torch.randn(batch, dim, length, generator=gen) * 0.5
+    inputs = {
+        "u": randn(batch, dim, length),
+        # without delta_softplus the step sizes go in as they are: positive, as in Mamba
+        "delta": (delta if extras else delta.abs()).requires_grad_(True),
+        "A": (-torch.rand(dim, n, generator=gen) * 5).requires_grad_(True),
+        "B": randn(*bc_shape),
+        "C": randn(*bc_shape),
+    }
+    if extras:
+        inputs |= {"D": randn(dim), "z": randn(batch, dim, length), "delta_bias": randn(dim, scale=0.1)}
+    return inputs
+
+
+@pytest.mark.parametrize("bc", ["per-step", "grouped", "shared"])
+@pytest.mark.parametrize("extras", [True, False])
+def test_cpu_scan_equals_selective_scan_ref(bc, extras):
+    """Outputs, final state and the gradient of every input agree with the package's definition to 1e-5."""
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
+
+    inputs = scan_inputs(bc=bc, extras=extras)
+    results = {}
+    for name, scan in (("ref", selective_scan_ref), ("cpu", selective_scan_cpu)):
+        for t in inputs.values():
+            t.grad = None
+        out, last = scan(**inputs, delta_softplus=extras, return_last_state=True)
+        (out.sin().sum() + last.square().sum()).backward()
+        results[name] = (out.detach(), last.detach(), {k: t.grad.clone() for k, t in inputs.items()})
+    (out, last, grads), (ref_out, ref_last, ref_grads) = results["cpu"], results["ref"]
+    assert rel(out, ref_out) <= 1e-5
+    assert rel(last, ref_last) <= 1e-5
+    for k in inputs:
+        assert rel(grads[k], ref_grads[k]) <= 1e-5, k
+
+
+def test_cpu_scan_without_last_state_and_complex_A():
+    inputs = scan_inputs(extras=False)
+    threads = torch.get_num_threads()
+    selective_scan_cpu(**inputs).sum().backward()
+    assert torch.get_num_threads() == threads  # its loops run on one thread, then restore the setting
+    with pytest.raises(NotImplementedError, match="real A"):
+        selective_scan_cpu(**{**inputs, "A": torch.complex(inputs["A"], inputs["A"])})
+
+
+# ---------------------------------------------------------------- mixers
+@pytest.mark.parametrize("name", NAMES)
+def test_conformance(name):
+    report = run_checks(name)
+    assert report.passed, report.render()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forward_backward_and_every_parameter_gets_a_gradient(name):
+    layer = make(name)
+    x = torch.randn(2, 20, 32, requires_grad=True)
+    y, state = layer(x)
+    assert y.shape == x.shape and state is None
+    y.square().mean().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    for pname, p in layer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_causal(name):
+    layer = make(name)
+    x = torch.randn(2, 24, 32)
+    x2 = x.clone()
+    x2[:, 10:] = torch.randn(2, 14, 32)
+    with torch.no_grad():
+        assert torch.equal(layer(x)[0][:, :10], layer(x2)[0][:, :10])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_and_prefill_continue_from_any_state(name):
+    """Prefill from a non-zero state, then step: equals one forward over the concatenated sequence."""
+    layer = make(name)
+    for kernel in layer.kernels:
+        layer.set_kernel(kernel)
+        x = torch.randn(2, 30, 32)
+        with torch.no_grad():
+            full, _ = layer(x)
+            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
+            y_mid, state = layer(x[:, 11:20], state)  # a continuation: the state is not zero here
+            steps = []
+            for t in range(20, 30):
+                y_t, state = layer.step(x[:, t], state)
+                steps.append(y_t)
+        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
+        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
+
+
+@pytest.mark.parametrize(("name", "cfg"), [("mamba", {}), ("mamba2", {"headdim": 16, "ngroups": 2})])
+def test_gradients_stay_finite_under_strong_decay(name, cfg):
+    """Step sizes ~3 with |A| = 16: a chunk's total decay is far past e^88, where an unmasked exp overflows."""
+    layer = make(name, **cfg)
+    with torch.no_grad():
+        bias = layer.mamba.dt_proj.bias if name == "mamba" else layer.mamba.dt_bias
+        bias.fill_(3.0)
+        layer.mamba.A_log.fill_(math.log(16.0))
+    x = torch.randn(2, 70, 32, requires_grad=True)
+    layer(x)[0].square().mean().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
+def test_mamba2_with_groups_passes_conformance():
+    report = run_checks("mamba2", mixer_config={"headdim": 16, "ngroups": 2})
+    assert report.passed, report.render()
+
+
+def test_step_does_not_modify_the_callers_state():
+    layer = make("mamba")
+    state = layer.init_state(1, torch.device("cpu"), torch.float32)
+    before = {k: v.clone() for k, v in state.items()}
+    with torch.no_grad():
+        layer.step(torch.randn(1, 32), state)
+    assert all(torch.equal(state[k], before[k]) for k in state)
+
+
+def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
+    layer = make("mamba")
+    assert MambaMixer.kernels == ("reference", "cpu-scan", "cuda")  # what `mixbench mixers` lists
+    assert layer.kernels == ("reference", "cpu-scan")  # what this CPU layer can run (and the gate compares)
+    assert layer.default_kernel(torch.device("cpu")) == "cpu-scan"
+    assert Mamba2Mixer.kernels == ("reference", "cuda") and make("mamba2").kernels == ("reference",)
+    with pytest.raises(ConfigError, match="needs CUDA"):
+        layer.set_kernel("cuda")
+
+    from mamba_ssm.ops import selective_scan_interface
+
+    calls = []
+    ref = selective_scan_interface.selective_scan_ref
+    monkeypatch.setattr(selective_scan_interface, "selective_scan_ref", lambda *a, **k: calls.append(1) or ref(*a, **k))
+    x = torch.randn(1, 6, 32)
+    layer.set_kernel("cpu-scan")
+    layer(x)
+    assert not calls
+    layer.set_kernel("reference")
+    layer(x)
+    assert calls == [1]
+
+
+def test_package_forward_on_cpu_outside_a_mixer_uses_the_torch_path():
+    from mamba_ssm import Mamba
+
+    y = Mamba(16)(torch.randn(1, 5, 16))
+    assert y.shape == (1, 5, 16)
+
+
+def test_routing_is_installed_once():
+    from mamba_ssm.modules import mamba_simple
+
+    first = _mamba_routing.install()
+    dispatcher = mamba_simple.selective_scan_fn
+    assert _mamba_routing.install() is first and mamba_simple.selective_scan_fn is dispatcher
+
+
+def test_routing_never_shadows_a_compiled_extension():
+    """A selective_scan_cuda that imports is left in place; CPU tensors still take the torch path."""
+    code = (
+        "import sys, types, torch\n"
+        "ext = types.ModuleType('selective_scan_cuda')\n"
+        "sys.modules['selective_scan_cuda'] = ext\n"
+        "from mixers import _mamba_routing\n"
+        "routing = _mamba_routing.install()\n"
+        "assert sys.modules['selective_scan_cuda'] is ext, 'the stand-in replaced the extension'\n"
+        "assert routing.selective_scan_cuda\n"
+        "from mixers.mamba import MambaConfig, MambaMixer\n"
+        "layer = MambaMixer(MambaConfig(), 16, 0, 1)\n"
+        "assert layer.kernels == ('reference', 'cpu-scan')\n"
+        "layer.set_kernel('cpu-scan')\n"
+        "assert layer(torch.randn(1, 5, 16))[0].shape == (1, 5, 16)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_stand_in_only_without_the_extension():
+    routing = _mamba_routing.install()
+    module = sys.modules["selective_scan_cuda"]
+    assert routing.selective_scan_cuda != ("mixbench stand-in" in (module.__doc__ or ""))
+
+
+def test_units_masking_and_recording():
+    layer = make("mamba")
+    units = layer.units()
+    assert len(units) == 64 and units[0].kind == "channel"  # d_inner = expand * d_model channels
+    assert {"dt", "decay", "half_life"} <= set(units[0].attrs) and 0 < units[0].attrs["decay"] < 1
+    heads = make("mamba2").units()
+    assert len(heads) == 4 and heads[0].kind == "head"  # 64 channels / headdim 16
+    x = torch.randn(2, 9, 32)
+    with torch.no_grad():
+        with layer.intervene(range(64), "mask"):  # every channel masked before out_proj (no bias): zero output
+            assert layer(x)[0].abs().max() == 0
+        with Recorder() as rec:
+            _, state = layer(x, layer.init_state(2, x.device, x.dtype))
+            layer.step(x[:, 0], state)
+    assert rec.get(1, "ssm_state_norm").shape == (2, 2, 64)
+
+
+def test_configs_validate_and_defaults_are_the_packages():
+    assert MambaConfig() == MambaConfig(d_state=16, d_conv=4, expand=2, dt_rank=0)
+    assert Mamba2Config().d_state == 128 and Mamba2Config().headdim == 64
+    with pytest.raises(ConfigError, match="d_state"):
+        MambaConfig(d_state=0)
+    with pytest.raises(ConfigError, match="multiple of headdim"):
+        Mamba2Mixer(Mamba2Config(headdim=48), 64, 0, 1)
+    layer = make("mamba")
+    assert layer.no_weight_decay() == {"mamba.A_log"}  # 2-D and marked _no_weight_decay by the package
+    assert {"mamba-ssm", "triton"} <= set(layer.package_versions())
+
+
+def test_parity_machinery_on_cpu():
+    """The same comparison the CUDA parity test makes, here between the CPU default kernel and the reference."""
+    for mode in parity.MODES:
+        result = parity.compare("mamba", mode, device="cpu", seq_len=40)
+        assert result.passed and result.kernel == "cpu-scan", result
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA kernels cannot be compared here")
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("mode", parity.MODES)
+def test_cuda_matches_cpu_reference(name, mode):
+    result = parity.compare(name, mode)
+    assert result.passed, result
