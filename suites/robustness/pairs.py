@@ -1,0 +1,187 @@
+"""Pair sets: (original, perturbed) sentences per slice, built from held-out text or imported from a file.
+
+A built set depends only on the held-out documents, the lexicons, the code of the perturbation families and a
+:class:`PairSetSpec`, so it is built once and cached as JSONL under a content hash of those inputs; every mixer
+scored on the same corpus reuses the same file, and a change to any of them builds a new one. The JSONL is
+byte-identical across runs with the same inputs: sentences are visited in an order drawn from the seed, each
+perturbation is drawn from (seed, family, sentence id), and lines are written with a fixed field order. A larger
+``pairs_per_slice`` extends a smaller set (same prefix).
+
+A user's own file (the ProtoT paper's ``perturbation_benchmark_clean.jsonl`` has this shape) is JSON Lines with
+string fields ``slice``, ``original`` and ``perturbed`` (optional ``id``; other fields are ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from harness.config import content_hash
+from harness.errors import MixbenchError
+from harness.tokenizer import atomic_write, digest_texts
+from suites.robustness.lexicons import lexicon_digest
+from suites.robustness.perturbations import PERTURBATIONS, Edit, perturb
+from suites.robustness.text import split_sentences, stable_int, words
+
+_TERMINAL = (".", "!", "?", '."', '!"', '?"', ".”", "!”", "?”", ".’", ".'")
+
+
+@dataclass(frozen=True)
+class Sentence:
+    id: str  # "<document id>#<index of the sentence in the document>"
+    text: str
+
+
+@dataclass(frozen=True)
+class Pair:
+    id: str
+    slice: str
+    original: str
+    perturbed: str
+    source: str = ""  # the sentence id for built pairs, the file for imported ones
+    edits: tuple[Edit, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "slice": self.slice,
+            "original": self.original,
+            "perturbed": self.perturbed,
+            "source": self.source,
+            "edits": [e.to_json() for e in self.edits],
+        }
+
+
+@dataclass(frozen=True)
+class PairSetSpec:
+    """Everything a built pair set depends on besides the documents and the lexicons."""
+
+    slices: tuple[str, ...]
+    pairs_per_slice: int
+    splits: tuple[str, ...]
+    min_words: int
+    max_words: int
+    max_edits: int
+    seed: int
+
+
+def held_out_sentences(
+    documents: dict[str, list], splits: Iterable[str], min_words: int, max_words: int
+) -> list[Sentence]:
+    """Complete sentences (capitalised start, terminal punctuation, ``min_words``..``max_words`` words) of the
+    held-out splits, each text once (the first occurrence), in split and document order."""
+    out, seen = [], set()
+    for split in splits:
+        for doc in documents[split]:
+            for k, text in enumerate(split_sentences(doc.text)):
+                n = len(words(text))
+                if not (min_words <= n <= max_words) or text in seen or not text.endswith(_TERMINAL):
+                    continue
+                first = text.lstrip("\"'“‘(")[:1]
+                if not first.isupper() or text.isupper():
+                    continue
+                seen.add(text)
+                out.append(Sentence(f"{doc.id}#{k}", text))
+    return out
+
+
+def build_pairs(sentences: list[Sentence], spec: PairSetSpec, progress: bool = False) -> list[Pair]:
+    """Up to ``spec.pairs_per_slice`` pairs per slice: the sentences in a seeded order, each perturbed with its own
+    random stream, skipping those the family cannot change."""
+    order = sorted(sentences, key=lambda s: (stable_int(spec.seed, "order", s.id), s.id))
+    pairs: list[Pair] = []
+    for name in tqdm(spec.slices, desc="robustness pairs", unit="slice", disable=not progress, leave=False):
+        kept = 0
+        for sentence in order:
+            if kept == spec.pairs_per_slice:
+                break
+            result = perturb(name, sentence.text, spec.seed, sentence.id, spec.max_edits)
+            if result is None or result.text == sentence.text:
+                continue
+            pairs.append(Pair(f"{name}/{sentence.id}", name, sentence.text, result.text, sentence.id, result.edits))
+            kept += 1
+    return pairs
+
+
+def dumps(pairs: Iterable[Pair]) -> bytes:
+    lines = (json.dumps(p.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n" for p in pairs)
+    return "".join(lines).encode("utf-8")
+
+
+def save_pairs(path: Path | str, pairs: Iterable[Pair]) -> None:
+    atomic_write(Path(path), dumps(pairs))
+
+
+def load_pairs(path: Path | str) -> list[Pair]:
+    """A pair file written by :func:`save_pairs` or a user's {slice, original, perturbed} JSON Lines file."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise MixbenchError(f"pair file {path} does not exist; give a JSON Lines file with slice, original, perturbed.")
+    pairs, ids = [], set()
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise MixbenchError(f"pair file {path} line {n} is not JSON ({e.msg}); fix or remove it.") from None
+            missing = [
+                k for k in ("slice", "original", "perturbed") if not isinstance(row, dict) or not _text(row.get(k))
+            ]
+            if missing:
+                raise MixbenchError(
+                    f"pair file {path} line {n} lacks non-empty string field(s) {', '.join(missing)}; each line needs "
+                    f"slice, original and perturbed."
+                )
+            pair_id = str(row.get("id") or f"{row['slice']}/{n}")
+            if pair_id in ids:
+                raise MixbenchError(f"pair file {path} line {n} repeats the id {pair_id}; ids must be unique.")
+            ids.add(pair_id)
+            edits = tuple(Edit(**e) for e in row.get("edits") or ())
+            pairs.append(
+                Pair(pair_id, row["slice"], row["original"], row["perturbed"], row.get("source") or path.name, edits)
+            )
+    if not pairs:
+        raise MixbenchError(f"pair file {path} holds no pairs; add lines with slice, original and perturbed.")
+    return pairs
+
+
+#: modules every family relies on; the families' own modules are added per pair set
+_SHARED_MODULES = ("suites.robustness.lexicons", "suites.robustness.perturbations", "suites.robustness.synonyms",
+                   "suites.robustness.text", __name__)  # fmt: skip
+
+
+def code_digest(slices: Iterable[str]) -> str:
+    """sha256 (16 hex) of the source of the shared modules and of each family's module (plugins included), so
+    editing a family rebuilds cached pair sets instead of silently reusing stale ones."""
+    names = sorted({*_SHARED_MODULES, *(PERTURBATIONS[s].__module__ for s in slices)})
+    return digest_texts((Path(sys.modules[n].__file__).read_text(encoding="utf-8") for n in names), "code")
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def cached_pairs(
+    documents: dict[str, list], spec: PairSetSpec, cache_dir: Path, progress: bool = False
+) -> tuple[list[Pair], Path]:
+    """The pair set for ``spec`` over these documents: read from ``cache_dir`` when built before, else built and
+    saved there (atomically) for the next mixer."""
+    held_out = digest_texts((part for s in spec.splits for d in documents[s] for part in (s, d.id, d.text)), "held-out")
+    key = content_hash(
+        {"code": code_digest(spec.slices), "lexicons": lexicon_digest(), "documents": held_out, "spec": spec}
+    )
+    path = Path(cache_dir) / "robustness" / f"pairs-{key}.jsonl"
+    if path.is_file():
+        return load_pairs(path), path
+    sentences = held_out_sentences(documents, spec.splits, spec.min_words, spec.max_words)
+    pairs = build_pairs(sentences, spec, progress)
+    save_pairs(path, pairs)
+    return pairs, path

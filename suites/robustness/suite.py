@@ -1,0 +1,296 @@
+"""The robustness suite: how far a mixer's next-token predictions move under small edits of the input (DESIGN §5).
+
+Pairs come from the held-out splits (by default 500 per slice from sentences of 6-30 words of every held-out split;
+built once per corpus and cached, see :mod:`suites.robustness.pairs`) or from a user's pair file;
+:mod:`suites.robustness.scoring` turns them into per-pair numbers. Metric names are
+``<stat>/<slice>`` per slice, and over the robustness families (the sensitivity slices excluded)
+``<stat>/mean`` (each family weighted equally) and ``<stat>/worst`` (HELM's worst case over perturbations);
+``<stat>/sensitivity`` averages the attribute flips. Stats:
+
+* ``jsd_final`` mean JSD (bits) at the final position; ``jsd_after`` mean over pairs of the per-pair mean JSD over
+  the positions after the last edit; ``top10`` top-k overlap; ``spearman`` over the union of the top-k; ``top1``
+  top-1 agreement (all at the final position);
+* ``dppl``: relative change in perplexity of the shared suffix after the edit, exp(sum of NLL differences / suffix
+  tokens) - 1, token-weighted over the slice's pairs (the edited tokens themselves are not scored: a typo is
+  surprising by design; what matters is whether the rest of the sentence still reads as before);
+* ``jsd_d1``, ``jsd_d2``, ``jsd_d3-4`` ... ``jsd_d17+``: JSD averaged over aligned positions at that distance in tokens
+  after the edit (ratio of sums over pairs);
+* ``route_write`` / ``route_read``: mean JSD of the routing gate distributions at aligned positions (mixers that
+  record ProtoT's gates).
+
+Directions: on robustness slices less change is better; on sensitivity slices (attribute flips) the change metrics
+are reversed, since noticing the flip is the expected behaviour; ``dppl`` is lower-is-better everywhere. CIs are
+percentile bootstraps over pairs, resampled within each slice (aggregates use the same replicates).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from harness.data import SPLITS, default_cache_dir
+from harness.errors import ConfigError
+from harness.registry import register_suite
+from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from suites.robustness.metrics import bootstrap_draws, percentile_ci
+from suites.robustness.pairs import Pair, PairSetSpec, cached_pairs, load_pairs
+from suites.robustness.perturbations import PERTURBATIONS, check_names
+from suites.robustness.scoring import DISTANCE_BUCKETS, Scores, bucket_name, score_pairs
+
+HELD_OUT = tuple(s for s in SPLITS if s != "train")
+DEFAULT_SLICES = tuple(PERTURBATIONS)
+
+
+def _as_tuple(value) -> tuple[str, ...]:
+    """Tuples from the CLI arrive as "a,b,c"."""
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class RobustnessConfig:
+    """The default (4,500 pairs, about 200k tokens of forward passes) scores a quick-preset model in 20-40 s on the
+    2-core CPU once the pair set is cached; tests use a few pairs per slice."""
+
+    slices: tuple[str, ...] = DEFAULT_SLICES  # perturbation families to build pairs for
+    pairs_per_slice: int = 500
+    splits: tuple[str, ...] = HELD_OUT  # held-out splits the sentences come from
+    min_words: int = 6
+    max_words: int = 30
+    max_edits: int = 1  # edits per sentence (gender and number flip every site)
+    pairs_file: str = ""  # a user's {slice, original, perturbed} JSONL, scored instead of built pairs
+    top_k: int = 10
+    batch_size: int = 64  # distinct sentences per forward pass
+    bootstrap: int = 1000
+    confidence: float = 0.95
+    samples_per_slice: int = 10  # example pairs with their numbers kept in the results
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("slices", "splits"):
+            object.__setattr__(self, name, _as_tuple(getattr(self, name)))
+        check_names(self.slices, "slices")
+        if not self.slices and not self.pairs_file:
+            raise ConfigError("robustness: slices is empty; name at least one perturbation or give pairs_file.")
+        bad = [s for s in self.splits if s not in HELD_OUT]
+        if bad or not self.splits:
+            raise ConfigError(
+                f"robustness: splits must be held-out splits among {', '.join(HELD_OUT)}, got {list(self.splits)}."
+            )
+        if self.pairs_per_slice < 1 or self.max_edits < 1 or self.batch_size < 2:
+            raise ConfigError("robustness: pairs_per_slice and max_edits must be >= 1 and batch_size >= 2.")
+        if not 1 <= self.min_words <= self.max_words:
+            raise ConfigError(
+                f"robustness: need 1 <= min_words <= max_words, got {self.min_words} and {self.max_words}."
+            )
+        if self.top_k < 2:
+            raise ConfigError(f"robustness: top_k must be >= 2 (top-1 agreement is reported anyway), got {self.top_k}.")
+        if self.bootstrap < 0 or self.samples_per_slice < 0:
+            raise ConfigError("robustness: bootstrap and samples_per_slice must be >= 0.")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"robustness: confidence must be in [0.5, 1), got {self.confidence}.")
+
+    @property
+    def pair_spec(self) -> PairSetSpec:
+        return PairSetSpec(
+            self.slices, self.pairs_per_slice, self.splits, self.min_words, self.max_words, self.max_edits, self.seed
+        )
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A per-slice statistic: transform(sum of num / sum of den) over the slice's pairs (NaN entries left out)."""
+
+    name: str
+    num: Callable[[Scores], np.ndarray]
+    den: Callable[[Scores], np.ndarray]
+    higher_is_better: bool  # on robustness slices
+    unit: str
+    transform: Callable[[np.ndarray], np.ndarray] = lambda x: x
+    change: bool = True  # a measure of change: its direction flips on sensitivity slices
+    aggregate: bool = True  # also reported as mean / worst / sensitivity over slices
+
+
+def _mean_of(field: str) -> tuple[Callable, Callable]:
+    def num(s: Scores) -> np.ndarray:
+        return np.nan_to_num(getattr(s, field), nan=0.0)
+
+    def den(s: Scores) -> np.ndarray:
+        return np.isfinite(getattr(s, field)).astype(float)
+
+    return num, den
+
+
+def stats(top_k: int, routing: bool) -> list[Stat]:
+    out = [
+        Stat("jsd_final", *_mean_of("jsd_final"), False, "bits"),
+        Stat("jsd_after", *_mean_of("jsd_after"), False, "bits"),
+        Stat(f"top{top_k}", *_mean_of("topk"), True, "fraction"),
+        Stat("spearman", *_mean_of("spearman"), True, "correlation"),
+        Stat("top1", *_mean_of("top1"), True, "fraction"),
+        Stat(
+            "dppl", lambda s: s.nll_delta, lambda s: s.suffix_tokens.astype(float), False, "relative", np.expm1, False
+        ),
+    ]
+    for b, (lo, hi) in enumerate(DISTANCE_BUCKETS):
+        out.append(
+            Stat(
+                f"jsd_{bucket_name(lo, hi)}",
+                lambda s, b=b: s.dist_sum[:, b],
+                lambda s, b=b: s.dist_count[:, b].astype(float),
+                False,
+                "bits",
+                aggregate=False,
+            )
+        )
+    if routing:
+        out += [
+            Stat("route_write", *_mean_of("route_write"), False, "bits"),
+            Stat("route_read", *_mean_of("route_read"), False, "bits"),
+        ]
+    return out
+
+
+@register_suite("robustness", config=RobustnessConfig)
+class Robustness(Suite):
+    headline: ClassVar[tuple[str, ...]] = (
+        "jsd_final/mean", "jsd_final/worst", "jsd_after/mean", "top10/mean", "spearman/mean", "top1/mean",
+        "top1/worst", "dppl/mean", "route_write/mean", "jsd_final/sensitivity",
+    )  # fmt: skip
+
+    def validate(self, model) -> None:
+        if self.cfg.pairs_file and not Path(self.cfg.pairs_file).expanduser().is_file():
+            raise ConfigError(
+                f"robustness: pairs_file {self.cfg.pairs_file} does not exist; give a JSONL file of pairs."
+            )
+        if self.cfg.top_k > model.config.vocab_size:
+            raise ConfigError(f"robustness: top_k {self.cfg.top_k} exceeds the vocabulary ({model.config.vocab_size}).")
+
+    def run(self, model, ctx: SuiteContext) -> SuiteResult:
+        self.validate(model)
+        cfg = self.cfg
+        if cfg.pairs_file:
+            pairs, source = load_pairs(cfg.pairs_file), Path(cfg.pairs_file).expanduser()
+        else:
+            pairs, source = cached_pairs(ctx.corpus.documents, cfg.pair_spec, default_cache_dir(), ctx.progress)
+        if not pairs:
+            raise ConfigError(
+                f"robustness: no pairs could be built from {list(cfg.splits)}; use other splits or slices."
+            )
+        scores = score_pairs(model, ctx.corpus.tokenizer, pairs, cfg.batch_size, cfg.top_k, ctx.progress)
+        slices = list(dict.fromkeys(p.slice for p in pairs))
+        kinds = {s: PERTURBATIONS[s].kind if s in PERTURBATIONS else "robustness" for s in slices}
+        metrics, worst = self._metrics(pairs, scores, slices, kinds)
+        info = {
+            "pairs": {
+                "source": str(source),
+                "built": not cfg.pairs_file,
+                "per_slice": {s: int(sum(1 for p in pairs if p.slice == s)) for s in slices},
+                "scored": int(scores.scored.sum()),
+                "skipped_longer_than_context": int((~scores.scored).sum()),
+            },
+            "robustness_slices": [s for s in slices if kinds[s] == "robustness"],
+            "sensitivity_slices": [s for s in slices if kinds[s] == "sensitivity"],
+            "distance_buckets": [bucket_name(lo, hi) for lo, hi in DISTANCE_BUCKETS],
+            "routing": scores.routing,
+            "worst_family": worst,
+        }
+        return SuiteResult(metrics=metrics, samples=self._samples(pairs, scores, slices, kinds, ctx), info=info)
+
+    # ------------------------------------------------------------------------------------------- metrics
+    def _metrics(self, pairs: list[Pair], scores: Scores, slices, kinds) -> tuple[list[Metric], dict[str, str]]:
+        cfg = self.cfg
+        rng = np.random.default_rng(cfg.seed)
+        members = {
+            s: np.flatnonzero([p.slice == s and ok for p, ok in zip(pairs, scores.scored, strict=True)]) for s in slices
+        }
+        draws = {s: bootstrap_draws(len(m), cfg.bootstrap, rng) for s, m in members.items()}
+        metrics: list[Metric] = []
+        worst_of: dict[str, str] = {}
+        for stat in stats(cfg.top_k, scores.routing):
+            num, den = stat.num(scores), stat.den(scores)
+            values, reps, counts = {}, {}, {}
+            for s in slices:
+                m = members[s]
+                counts[s] = int((den[m] > 0).sum())
+                if den[m].sum() <= 0:
+                    continue
+                values[s] = float(stat.transform(num[m].sum() / den[m].sum()))
+                if draws[s] is not None:
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        reps[s] = stat.transform(num[m][draws[s]].sum(1) / den[m][draws[s]].sum(1))
+                better = stat.higher_is_better != (stat.change and kinds[s] == "sensitivity")
+                lo, hi = percentile_ci(reps[s], values[s], cfg.confidence) if s in reps else (None, None)
+                metrics.append(Metric(f"{stat.name}/{s}", values[s], better, lo, hi, counts[s], stat.unit))
+            if stat.aggregate:
+                metrics += self._aggregates(stat, values, reps, counts, kinds, worst_of)
+        return metrics, worst_of
+
+    def _aggregates(self, stat: Stat, values, reps, counts, kinds, worst_of) -> list[Metric]:
+        out = []
+        robust = [s for s in values if kinds[s] == "robustness"]
+        sensitive = [s for s in values if kinds[s] == "sensitivity"]
+        pick_worst = np.min if stat.higher_is_better else np.max
+        for label, chosen, reduce, better in (
+            ("mean", robust, np.mean, stat.higher_is_better),
+            ("worst", robust, pick_worst, stat.higher_is_better),
+            ("sensitivity", sensitive, np.mean, stat.higher_is_better != stat.change),
+        ):
+            if not chosen:
+                continue
+            value = float(reduce([values[s] for s in chosen]))
+            lo = hi = None
+            if all(s in reps for s in chosen):
+                lo, hi = percentile_ci(reduce(np.stack([reps[s] for s in chosen]), axis=0), value, self.cfg.confidence)
+            out.append(Metric(f"{stat.name}/{label}", value, better, lo, hi, sum(counts[s] for s in chosen), stat.unit))
+            if label == "worst":
+                worst_of[stat.name] = next(s for s in chosen if values[s] == value)
+        return out
+
+    # ------------------------------------------------------------------------------------------- samples
+    def _samples(self, pairs: list[Pair], scores: Scores, slices, kinds, ctx: SuiteContext) -> list[dict]:
+        """The first pairs of each slice with their numbers; texts are stored raw (escaped when rendered)."""
+        decode = ctx.corpus.tokenizer.decode
+        out = []
+        for s in slices:
+            shown = [i for i, p in enumerate(pairs) if p.slice == s and scores.scored[i]][: self.cfg.samples_per_slice]
+            for i in shown:
+                p = pairs[i]
+                out.append(
+                    {
+                        "slice": s,
+                        "kind": kinds[s],
+                        "id": p.id,
+                        "original": p.original,
+                        "perturbed": p.perturbed,
+                        "edits": [e.to_json() for e in p.edits],
+                        **{
+                            name: _number(getattr(scores, field)[i])
+                            for name, field in (
+                                ("jsd_final", "jsd_final"),
+                                ("jsd_after", "jsd_after"),
+                                (f"top{self.cfg.top_k}", "topk"),
+                                ("spearman", "spearman"),
+                                ("top1", "top1"),
+                                ("route_write", "route_write"),
+                                ("route_read", "route_read"),
+                            )
+                        },
+                        "dppl": _number(math.expm1(scores.nll_delta[i] / scores.suffix_tokens[i]))
+                        if scores.suffix_tokens[i]
+                        else None,
+                        "next_original": [[decode([t]), round(pr, 6)] for t, pr in scores.next_original[i]],
+                        "next_perturbed": [[decode([t]), round(pr, 6)] for t, pr in scores.next_perturbed[i]],
+                    }
+                )
+        return out
+
+
+def _number(x: float) -> float | None:
+    return None if not math.isfinite(x) else round(float(x), 6)
