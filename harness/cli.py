@@ -83,6 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-metrics", action="store_true", help="every metric, not only the headline ones")
     p.add_argument("--output", default=None, help="write to this file instead of stdout")
 
+    p = sub.add_parser("judge", parents=[_common()], help="rate the judge suite's generations pairwise with an LLM judge")
+    p.add_argument("--preset", default=None, help="only this preset (default: every preset with generations)")
+    p.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL, e.g. http://host:8000/v1 (default: $MIXBENCH_JUDGE_URL, else the built-in local judge)")
+    p.add_argument("--judge-model", default=None, help="model name at --judge-url (default: $MIXBENCH_JUDGE_MODEL)")
+    p.add_argument("--api-key-env", default=None, help="environment variable holding the judge's API key (default: MIXBENCH_JUDGE_API_KEY)")
+    p.add_argument("--baseline", default=None, help="compare each mixer with this one instead of every pair")
+    p.add_argument("--concurrency", type=int, default=None, help="parallel judge calls (default: 4; the local judge uses 1)")
+    p.add_argument("--judge-cache", default=None, help="SQLite verdict cache (default: $MIXBENCH_CACHE/judge/verdicts.sqlite)")
+    p.add_argument("--force", action="store_true", help="rewrite the rating runs (cached verdicts are still reused)")
+    p.add_argument("--no-progress", action="store_true")
+
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
     p.add_argument("--preset", default="quick")
     p.add_argument("--device", default=None)
@@ -247,6 +258,19 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_judge(args: argparse.Namespace) -> int:
+    from harness.results import ResultsStore
+    from suites.judge.arena import ArenaConfig, judge_runs
+
+    cfg = ArenaConfig.from_env(
+        judge_url=args.judge_url, judge_model=args.judge_model, api_key_env=args.api_key_env,
+        baseline=args.baseline, concurrency=args.concurrency, cache=args.judge_cache,
+    )
+    result = judge_runs(ResultsStore(args.results), cfg, args.preset, force=args.force, progress=not args.no_progress)
+    print(result.render())
+    return 0
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.leaderboard import leaderboard_text
 
@@ -263,6 +287,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "run": cmd_run,
     "leaderboard": cmd_leaderboard,
+    "judge": cmd_judge,
     "quickstart": cmd_quickstart,
 }
 

@@ -47,8 +47,13 @@ def evaluate(
     progress: bool = True,
     corpus=None,
     work_dir: Path | None = None,
+    aggregate: bool = True,
 ) -> EvalOutcome:
-    """Score ``checkpoint`` with ``suite``; every input is validated before any work starts."""
+    """Score ``checkpoint`` with ``suite``; every input is validated before any work starts.
+
+    With ``aggregate``, the suite's cross-run step (:meth:`Suite.aggregate`) follows, also when the run was
+    already in the store; a grid passes False and aggregates once at its end.
+    """
     from harness.data import load_corpus
 
     entry = SUITES.get(suite)
@@ -60,9 +65,11 @@ def evaluate(
     if getattr(entry.cls, "device_dependent", False):  # a speed measured elsewhere is not this device's speed
         key["device"] = device_descriptor(device)
     run_id = results_run_id(key)
-    if store.has_run(run_id) and not force:
-        return EvalOutcome(run_id, suite, True, 0.0)
     suite_obj = entry.cls(cfg)
+    if store.has_run(run_id) and not force:
+        if aggregate:
+            suite_obj.aggregate(store, progress)
+        return EvalOutcome(run_id, suite, True, 0.0)
     suite_obj.validate(model)
     store.ensure_writable()
     if corpus is None:
@@ -80,6 +87,8 @@ def evaluate(
         seconds = time.perf_counter() - t0
         manifest = build_manifest(ckpt, model, entry, cfg, corpus, result, seconds, device)
         store.write_run(run_id, manifest, result, force=force)
+    if aggregate:
+        suite_obj.aggregate(store, progress)
     return EvalOutcome(run_id, suite, False, seconds)
 
 

@@ -19,6 +19,7 @@ from harness.evaluate import evaluate
 from harness.registry import SUITES
 from harness.results import ResultsStore
 from harness.specs import bind_vocab, make_run_spec
+from harness.suite import Suite
 from harness.training import train
 
 
@@ -100,9 +101,15 @@ def run_grid(req: GridRequest, store: ResultsStore) -> PhaseTimer:
             t0 = time.perf_counter()
             outcome = evaluate(
                 out, suite, store, req.suite_overrides.get(suite), device=req.device, kernel=req.kernel,
-                force=req.force, progress=req.progress, corpus=corpus,
+                force=req.force, progress=req.progress, corpus=corpus, aggregate=False,
             )
             note = " (already in the store)" if outcome.skipped else ""
             timer.add(f"eval {suite} on {spec.model.mixer} seed {spec.train.seed}{note}", time.perf_counter() - t0)
+    for suite in req.suites:  # cross-run steps (the judge's ratings) once every model's runs are in
+        entry = SUITES.get(suite)
+        if entry.cls.aggregate is not Suite.aggregate:
+            t0 = time.perf_counter()
+            entry.cls(entry.make_config(req.suite_overrides.get(suite))).aggregate(store, req.progress)
+            timer.add(f"aggregate {suite}", time.perf_counter() - t0)
     return timer
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:  # pragma: no cover
     from harness.backbone import MixerLM
     from harness.data import Corpus
+    from harness.results import ResultsStore
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,7 @@ class Suite:
 
     def run(self, model: "MixerLM", ctx: SuiteContext) -> SuiteResult:
         raise NotImplementedError
+
+    def aggregate(self, store: "ResultsStore", progress: bool) -> None:
+        """Work across runs once this suite's runs are in ``store`` (the judge rates all mixers' generations
+        together); called after ``evaluate`` and once at the end of a grid. Default: nothing."""
