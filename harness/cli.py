@@ -83,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-metrics", action="store_true", help="every metric, not only the headline ones")
     p.add_argument("--output", default=None, help="write to this file instead of stdout")
 
+    p = sub.add_parser("lm-eval", parents=[_common()], help="score a checkpoint with lm-eval tasks (zero/few-shot)")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    p.add_argument("--include-path", default="", help="folder of task YAMLs searched before the built-in tasks")
+    p.add_argument("--limit", type=float, default=None, help="examples per task: a count, or a fraction below 1")
+    p.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples (default: each task's own)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default=None)
+    p.add_argument("--force", action="store_true")
+
     p = sub.add_parser("judge", parents=[_common()], help="rate the judge suite's generations pairwise with an LLM judge")
     p.add_argument("--preset", default=None, help="only this preset (default: every preset with generations)")
     p.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL, e.g. http://host:8000/v1 (default: $MIXBENCH_JUDGE_URL, else the built-in local judge)")
@@ -258,6 +268,19 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lm_eval(args: argparse.Namespace) -> int:
+    from harness.lm_eval_adapter.runner import LmEvalConfig, run_lm_eval
+    from harness.results import ResultsStore
+
+    cfg = LmEvalConfig(tuple(_csv(args.tasks)), args.include_path, args.limit, args.num_fewshot, args.batch_size)
+    outcome = run_lm_eval(args.checkpoint, cfg, ResultsStore(args.results), _device(args.device), args.force)
+    if outcome.skipped:
+        print(f"run {outcome.run_id} (lm-eval) is already in {args.results}; nothing to do (--force reruns).")
+    else:
+        print(f"run {outcome.run_id} (lm-eval) written to {args.results} in {outcome.seconds:.1f} s")
+    return 0
+
+
 def cmd_judge(args: argparse.Namespace) -> int:
     from harness.results import ResultsStore
     from suites.judge.arena import ArenaConfig, judge_runs
@@ -287,6 +310,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "run": cmd_run,
     "leaderboard": cmd_leaderboard,
+    "lm-eval": cmd_lm_eval,
     "judge": cmd_judge,
     "quickstart": cmd_quickstart,
 }

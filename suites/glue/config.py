@@ -1,0 +1,82 @@
+"""The glue suite's configuration: which tasks, where their data lives, and the fine-tuning budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import ConfigError
+from suites.glue.tasks import ALIASES, STANDIN, expand_tasks
+
+POOLING = ("last", "mean")
+
+
+def _as_tuple(value: Any, cast: type, field: str) -> tuple:
+    """A tuple from the CLI's ``a,b,c`` string, a single value or a sequence, each item cast to ``cast``."""
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
+    else:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+    try:
+        return tuple(cast(v) for v in items)
+    except (TypeError, ValueError):
+        raise ConfigError(f"glue: {field} must be a comma-separated list of {cast.__name__}s, got {value!r}.") from None
+
+
+@dataclass(frozen=True)
+class GlueConfig:
+    """Defaults are the full protocol on the offline stand-ins; on a CPU, cap ``max_train_examples`` (see README).
+
+    Hyper-parameters (the learning rate) are chosen on a held-out part of the training split, never on the
+    reported validation split, because GLUE's test labels are hidden and validation is what is reported.
+    """
+
+    tasks: tuple[str, ...] = ALIASES[STANDIN]  # task names, or the aliases glue / standin
+    data_dir: str = ""  # a local GLUE folder (original TSV download or parquet snapshot); "" = the hub
+    hub_dataset: str = "nyu-mll/glue"
+    lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3)  # AdamW learning-rate grid, chosen on the held-out dev part
+    seeds: tuple[int, ...] = (0, 1, 2)  # fine-tuning seeds; the first also runs the grid
+    epochs: int = 3
+    batch_size: int = 32
+    max_train_examples: int = 0  # 0 = all of the training split that is not held out
+    max_eval_examples: int = 0  # 0 = every validation example; else a fixed random subset per split
+    dev_fraction: float = 0.1  # share of the training split held out to choose the learning rate
+    max_dev_examples: int = 1000
+    max_length: int = 0  # tokens per example after truncation; 0 = the model's context
+    pooling: str = "last"  # last: final-norm state of the last non-pad token; mean: mean over non-pad tokens
+    dropout: float = 0.1  # on the pooled representation
+    weight_decay: float = 0.01
+    warmup_frac: float = 0.06  # linear warm-up, then linear decay to zero
+    grad_clip: float = 1.0
+    bootstrap: int = 1000  # resamples of evaluation examples for the CI when there is a single seed
+    data_seed: int = 0  # fixes the held-out dev part and the train/eval subsets, identical for every model
+
+    def __post_init__(self) -> None:
+        tasks = _as_tuple(self.tasks, str, "tasks")
+        if not tasks:
+            raise ConfigError("glue: tasks is empty; name at least one task (or glue / standin).")
+        object.__setattr__(self, "tasks", expand_tasks(tasks))
+        object.__setattr__(self, "lrs", _as_tuple(self.lrs, float, "lrs"))
+        object.__setattr__(self, "seeds", _as_tuple(self.seeds, int, "seeds"))
+        if not self.lrs or any(not lr > 0 for lr in self.lrs):
+            raise ConfigError(f"glue: lrs must be positive learning rates, got {list(self.lrs)}.")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"glue: seeds must be distinct integers, got {list(self.seeds)}.")
+        for name in ("epochs", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"glue: {name} must be a positive integer, got {getattr(self, name)!r}.")
+        for name in ("max_train_examples", "max_eval_examples", "max_length", "bootstrap"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ConfigError(f"glue: {name} must be an integer >= 0, got {getattr(self, name)!r}.")
+        if not isinstance(self.max_dev_examples, int) or self.max_dev_examples < 1:
+            raise ConfigError(f"glue: max_dev_examples must be a positive integer, got {self.max_dev_examples!r}.")
+        if self.max_length and self.max_length < 4:
+            raise ConfigError(f"glue: max_length must be 0 (the model's context) or >= 4, got {self.max_length}.")
+        if not 0 < self.dev_fraction < 1:
+            raise ConfigError(f"glue: dev_fraction must be in (0, 1), got {self.dev_fraction}.")
+        if self.pooling not in POOLING:
+            raise ConfigError(f"glue: pooling must be one of {', '.join(POOLING)}, got {self.pooling!r}.")
+        if not 0 <= self.dropout < 1 or not 0 <= self.warmup_frac < 1:
+            raise ConfigError("glue: dropout and warmup_frac must be in [0, 1).")
+        if self.weight_decay < 0 or not self.grad_clip > 0:
+            raise ConfigError("glue: weight_decay must be >= 0 and grad_clip positive.")

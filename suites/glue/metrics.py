@@ -1,0 +1,90 @@
+"""GLUE's metrics and the intervals the suite reports, in numpy alone.
+
+The metric functions follow scikit-learn's and scipy's definitions (the tests check them against those
+libraries), so the suite needs neither at run time. Two conventions where those libraries warn instead:
+F1 is 0 when there is no positive prediction or label, and a correlation with a constant input is 0 (a
+predictor that outputs one value carries no information about the ranking; NaN would poison the average).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from harness.leaderboard import t_quantile_975
+
+
+def accuracy(y: np.ndarray, p: np.ndarray) -> float:
+    return float(np.mean(np.asarray(y) == np.asarray(p)))
+
+
+def f1_binary(y: np.ndarray, p: np.ndarray) -> float:
+    """F1 of the positive class (label 1), as GLUE scores MRPC and QQP."""
+    y, p = np.asarray(y) == 1, np.asarray(p) == 1
+    tp = np.sum(y & p)
+    denom = 2 * tp + np.sum(~y & p) + np.sum(y & ~p)
+    return float(2 * tp / denom) if denom else 0.0
+
+
+def mcc(y: np.ndarray, p: np.ndarray) -> float:
+    """Matthews correlation, multi-class form (Gorodkin's R_K, as scikit-learn); 0 when undefined."""
+    y, p = np.asarray(y, dtype=np.int64), np.asarray(p, dtype=np.int64)
+    k = int(max(y.max(), p.max())) + 1
+    c = np.bincount(y * k + p, minlength=k * k).reshape(k, k).astype(np.float64)
+    t_sum, p_sum, n = c.sum(1), c.sum(0), c.sum()
+    cov_tp = np.trace(c) * n - t_sum @ p_sum
+    cov_pp = n * n - p_sum @ p_sum
+    cov_tt = n * n - t_sum @ t_sum
+    denom = math.sqrt(cov_tt * cov_pp)
+    return float(cov_tp / denom) if denom else 0.0
+
+
+def pearson(y: np.ndarray, p: np.ndarray) -> float:
+    y, p = np.asarray(y, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    yc, pc = y - y.mean(), p - p.mean()
+    denom = math.sqrt(float(yc @ yc) * float(pc @ pc))
+    return float(yc @ pc / denom) if denom else 0.0
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their mean rank (scipy's ``rankdata(method='average')``)."""
+    x = np.asarray(x)
+    order = np.argsort(x, kind="mergesort")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.repeat(first + (counts + 1) / 2, counts)
+    return ranks
+
+
+def spearman(y: np.ndarray, p: np.ndarray) -> float:
+    return pearson(average_ranks(y), average_ranks(p))
+
+
+METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+    "acc": accuracy,
+    "f1": f1_binary,
+    "mcc": mcc,
+    "pearson": pearson,
+    "spearman": spearman,
+}
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and two-sided 95% Student-t interval over seeds (needs two or more values)."""
+    n = len(values)
+    mean = float(np.mean(values))
+    half = t_quantile_975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def percentile_interval(value: float, replicates: np.ndarray) -> tuple[float, float]:
+    """95% percentile bootstrap interval, widened to contain ``value`` (a skewed statistic can fall outside)."""
+    lo, hi = np.quantile(replicates, [0.025, 0.975])
+    return float(min(lo, value)), float(max(hi, value))
+
+
+def bootstrap_draws(n: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``[count, n]`` indices resampling ``n`` evaluation examples with replacement."""
+    return rng.integers(0, n, size=(count, n))
