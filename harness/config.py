@@ -16,6 +16,20 @@ from typing import Any
 from harness.errors import ConfigError, UnknownNameError
 
 
+def as_tuple(value: Any, cast: type = str, field_name: str = "value") -> tuple:
+    """A suite config's list field from any of its sources: the CLI's ``a,b,c`` string, one value, or a sequence;
+    each item cast to ``cast``. Used in suite configs' ``__post_init__`` so ``--suite-config lengths=256,1024``
+    and ``{"lengths": (256, 1024)}`` build the same config."""
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
+    else:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+    try:
+        return tuple(cast(v) for v in items)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field_name} must be a comma-separated list of {cast.__name__}s, got {value!r}.") from None
+
+
 def _positive(name: str, value: float) -> None:
     if not value > 0:
         raise ConfigError(f"{name} must be positive, got {value}.")

@@ -5,22 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config import as_tuple
 from harness.errors import ConfigError
 from suites.glue.tasks import ALIASES, STANDIN, expand_tasks
 
 POOLING = ("last", "mean")
-
-
-def _as_tuple(value: Any, cast: type, field: str) -> tuple:
-    """A tuple from the CLI's ``a,b,c`` string, a single value or a sequence, each item cast to ``cast``."""
-    if isinstance(value, str):
-        items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
-    else:
-        items = list(value) if isinstance(value, (list, tuple)) else [value]
-    try:
-        return tuple(cast(v) for v in items)
-    except (TypeError, ValueError):
-        raise ConfigError(f"glue: {field} must be a comma-separated list of {cast.__name__}s, got {value!r}.") from None
 
 
 @dataclass(frozen=True)
@@ -52,12 +41,12 @@ class GlueConfig:
     data_seed: int = 0  # fixes the held-out dev part and the train/eval subsets, identical for every model
 
     def __post_init__(self) -> None:
-        tasks = _as_tuple(self.tasks, str, "tasks")
+        tasks = as_tuple(self.tasks, str, "glue: tasks")
         if not tasks:
             raise ConfigError("glue: tasks is empty; name at least one task (or glue / standin).")
         object.__setattr__(self, "tasks", expand_tasks(tasks))
-        object.__setattr__(self, "lrs", _as_tuple(self.lrs, float, "lrs"))
-        object.__setattr__(self, "seeds", _as_tuple(self.seeds, int, "seeds"))
+        object.__setattr__(self, "lrs", as_tuple(self.lrs, float, "glue: lrs"))
+        object.__setattr__(self, "seeds", as_tuple(self.seeds, int, "glue: seeds"))
         if not self.lrs or any(not lr > 0 for lr in self.lrs):
             raise ConfigError(f"glue: lrs must be positive learning rates, got {list(self.lrs)}.")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

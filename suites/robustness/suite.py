@@ -33,6 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from harness.config import as_tuple
 from harness.data import SPLITS, default_cache_dir
 from harness.errors import ConfigError
 from harness.registry import register_suite
@@ -44,13 +45,6 @@ from suites.robustness.scoring import DISTANCE_BUCKETS, Scores, bucket_name, sco
 
 HELD_OUT = tuple(s for s in SPLITS if s != "train")
 DEFAULT_SLICES = tuple(PERTURBATIONS)
-
-
-def _as_tuple(value) -> tuple[str, ...]:
-    """Tuples from the CLI arrive as "a,b,c"."""
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ class RobustnessConfig:
 
     def __post_init__(self) -> None:
         for name in ("slices", "splits"):
-            object.__setattr__(self, name, _as_tuple(getattr(self, name)))
+            object.__setattr__(self, name, as_tuple(getattr(self, name), str, f"robustness: {name}"))
         check_names(self.slices, "slices")
         if not self.slices and not self.pairs_file:
             raise ConfigError("robustness: slices is empty; name at least one perturbation or give pairs_file.")

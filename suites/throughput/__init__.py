@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 
 from harness.backbone import build_model
-from harness.config import ModelSpec, to_dict
+from harness.config import ModelSpec, as_tuple, to_dict
 from harness.errors import ConfigError
 from harness.provenance import device_descriptor
 from harness.registry import register_suite
@@ -54,9 +54,8 @@ class ThroughputConfig:
     memory_cap_mb: int = 0  # CPU only: cap the address space per point (forces OOM in tests); 0 = none
 
     def __post_init__(self) -> None:
-        for name in ("lengths", "batch_sizes", "modes"):
-            value = getattr(self, name)
-            object.__setattr__(self, name, tuple(value) if isinstance(value, (list, tuple)) else (value,))
+        for name, cast in (("lengths", int), ("batch_sizes", int), ("modes", str)):
+            object.__setattr__(self, name, as_tuple(getattr(self, name), cast, f"throughput: {name}"))
         if any(int(t) < 2 for t in self.lengths) or any(int(b) < 1 for b in self.batch_sizes) or not self.batch_sizes:
             raise ConfigError("throughput: lengths must be >= 2 and batch_sizes >= 1.")
         object.__setattr__(self, "lengths", tuple(sorted({int(t) for t in self.lengths})))
