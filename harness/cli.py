@@ -73,9 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[_common()], help="train and score a grid of mixers at a preset")
     p.add_argument("--mixers", default=",".join(QUICKSTART_MIXERS), help="comma-separated mixer names")
-    p.add_argument("--suites", default=",".join(QUICKSTART_SUITES), help="comma-separated suite names")
+    p.add_argument("--suites", default="perplexity", help="comma-separated suite names (default: perplexity)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     _training_args(p)
+    from harness.plan_commands import add_executor_args, add_nightly_parser
+
+    p.add_argument("plan", nargs="?", default=None, help="a plan file (YAML) instead of the grid options")
+    p.add_argument("--keep-going", action="store_true", help="run the other jobs when one fails (exit 1 at the end)")
+    add_executor_args(p)
+    add_nightly_parser(sub, [_common()])
 
     p = sub.add_parser("leaderboard", parents=[_common()], help="print the leaderboard built from the store")
     p.add_argument("--format", default="md", help="md | csv | json | html | latex")
@@ -103,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-cache", default=None, help="SQLite verdict cache (default: $MIXBENCH_CACHE/judge/verdicts.sqlite)")
     p.add_argument("--force", action="store_true", help="rewrite the rating runs (cached verdicts are still reused)")
     p.add_argument("--no-progress", action="store_true")
+
+    p = sub.add_parser("publish", parents=[_common()], help="write the results store as a static site (leaderboard, suites, plots)")
+    p.add_argument("--out", default="site", help="site folder, replaced as a whole (default: site/)")
 
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
     p.add_argument("--preset", default="quick")
@@ -189,9 +198,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise MixbenchError(f"--out {out} is a file; pass a folder for the checkpoint.")
-    corpus = load_corpus(spec.data, progress=not args.no_progress)
-    spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
-    result = train(spec, out, corpus, device=device, kernel=args.kernel, progress=not args.no_progress, force=args.force)
+    from harness.distributed import main_first, session
+
+    with session(device) as (dist, device):  # under torchrun: join the process group, DDP over the ranks
+        main_rank = dist is None or dist.is_main
+        with main_first(dist):  # rank 0 fills the tokenizer and token caches, then the other ranks read them
+            corpus = load_corpus(spec.data, progress=not args.no_progress and main_rank)
+        spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
+        result = train(
+            spec, out, corpus, device=device, kernel=args.kernel, progress=not args.no_progress, force=args.force,
+            dist=dist,
+        )
+    if not main_rank:
+        return 0
     if result.skipped:
         print(f"{out} already holds the finished run (step {result.steps}); nothing to do (--force retrains).")
     else:
@@ -220,7 +239,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_grid(args: argparse.Namespace, mixers: list[str], suites: list[str], seeds: list[int]) -> int:
+def _run_grid(
+    args: argparse.Namespace, mixers: list[str], suites: list[str], seeds: list[int],
+    suite_overrides: dict[str, dict] | None = None,
+) -> int:
     from harness.results import ResultsStore
     from harness.runner import GridRequest, run_grid
     from harness.specs import parse_assignments
@@ -235,18 +257,26 @@ def _run_grid(args: argparse.Namespace, mixers: list[str], suites: list[str], se
         train_overrides=_train_overrides(args) if hasattr(args, "tokens") else {},
         data_overrides=_data_overrides(args) if hasattr(args, "data") else {},
         backbone_overrides={"context": args.context} if getattr(args, "context", None) else {},
+        suite_overrides=suite_overrides or {},
         device=_device(args.device),
         kernel=getattr(args, "kernel", None),
         force=getattr(args, "force", False),
         progress=not args.no_progress,
     )
     store = ResultsStore(args.results)
-    timer = run_grid(req, store)
+    from harness.plan_commands import executor_from_args
+
+    with executor_from_args(args) as executor:
+        timer = run_grid(req, store, executor, keep_going=getattr(args, "keep_going", False))
     print(timer.render())
-    return 0
+    return 1 if timer.failures else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.plan is not None:
+        from harness.plan_commands import cmd_run_plan
+
+        return cmd_run_plan(args)
     if args.mixer_config and len(_csv(args.mixers)) != 1:
         raise MixbenchError("--mixer-config applies to one mixer; pass a single name with --mixers.")
     try:
@@ -294,6 +324,15 @@ def cmd_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    from harness.publish import publish_site
+    from harness.results import ResultsStore
+
+    site = publish_site(ResultsStore(args.results), Path(args.out))
+    print(f"site written to {site}; open {site / 'index.html'}")
+    return 0
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.leaderboard import leaderboard_text
 
@@ -312,7 +351,9 @@ COMMANDS = {
     "leaderboard": cmd_leaderboard,
     "lm-eval": cmd_lm_eval,
     "judge": cmd_judge,
+    "publish": cmd_publish,
     "quickstart": cmd_quickstart,
+    "nightly": lambda args: __import__("harness.plan_commands", fromlist=["cmd_nightly"]).cmd_nightly(args),
 }
 
 

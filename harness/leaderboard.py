@@ -11,8 +11,10 @@ Decisions fixed here:
 * A cell's interval is, with two or more seeds, a Student-t 95% interval of the mean over seeds; with one seed,
   the run's own interval (e.g. the suite's bootstrap CI). The cell keeps how many seeds it rests on, and the
   ``seeds`` column says when a column rests on fewer seeds than its row.
-* Missing stays missing: a (mixer, preset) without a run for a metric gets no cell, and no average over
-  columns is ever computed here (a suite's own average is one of its metrics).
+* Missing stays missing: a (mixer, preset) without a run for a metric gets no cell, and :func:`build_table`
+  computes no average over columns (a suite's own average is one of its metrics). The board
+  (:func:`build_board`, below) adds normalised scores, Borda ranks, suite means and the Pareto view; its suite
+  means exist only for rows that have every column they average.
 """
 
 from __future__ import annotations
@@ -21,20 +23,22 @@ import html
 import io
 import json
 import math
+import re
 import statistics
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.config import PRESETS
 from harness.errors import MixbenchError
-from harness.results import ResultsStore, json_safe
+from harness.results import ResultsStore, RunRecord, json_safe
 
 FORMATS = ("md", "csv", "json", "html", "latex")
-MANIFEST_FIELDS = ("kernel", "device", "parameters", "state_floats", "train_flops")
+MANIFEST_FIELDS = ("kernel", "device", "parameters", "state_floats", "train_flops", "train_tokens_per_s")
 FRAME_COLUMNS = (
     "run_id", "suite", "mixer", "preset", "seed", "metric", "value", "ci_low", "ci_high",
     "higher_is_better", "n", "unit", "headline", *MANIFEST_FIELDS, "written_at",
@@ -127,8 +131,13 @@ def _fixed(x: float, digits: int | None) -> str:
 
 def load_frame(store: ResultsStore) -> pd.DataFrame:
     """Every metric of every complete run, one row each, with the manifest fields the tables need."""
+    return frame_from_runs(store.iter_runs(samples=False))
+
+
+def frame_from_runs(runs: Iterable[RunRecord]) -> pd.DataFrame:
+    """:func:`load_frame` over runs already read (the site reads the store once for every page)."""
     rows = []
-    for run in store.iter_runs(samples=False):
+    for run in runs:
         m = run.manifest
         headline = m.get("headline")
         for metric in run.metrics:
@@ -191,9 +200,16 @@ def build_table(store: ResultsStore, suites: list[str] | None = None, all_metric
     ``table.attrs["metric_columns"]`` lists the metric columns in order; an empty table carries the line to
     print instead in ``table.attrs["empty_message"]``.
     """
-    frame = load_frame(store)
+    return table_from_frame(load_frame(store), str(store.root), suites, all_metrics)
+
+
+def table_from_frame(
+    frame: pd.DataFrame, root: str, suites: list[str] | None = None, all_metrics: bool = False
+) -> pd.DataFrame:
+    """:func:`build_table` on a frame in :func:`load_frame`'s shape (e.g. one already normalised); ``root`` only
+    names the store in messages."""
     if frame.empty:
-        return _empty(f"no results in {store.root}; run `mixbench quickstart` or `mixbench eval`")
+        return _empty(f"no results in {root}; run `mixbench quickstart` or `mixbench eval`")
     unplaced = frame[frame[["suite", "mixer", "preset"]].isna().any(axis=1)]
     if not unplaced.empty:
         ids = ", ".join(sorted(unplaced.run_id.unique()))
@@ -206,7 +222,7 @@ def build_table(store: ResultsStore, suites: list[str] | None = None, all_metric
         chosen = chosen[chosen.headline.astype(bool)]
     if chosen.empty:
         return _empty(
-            f"no results for suite(s) {', '.join(order)} in {store.root} "
+            f"no results for suite(s) {', '.join(order)} in {root} "
             f"(suites with results: {', '.join(available) or 'none'})"
         )
     chosen = chosen.sort_values("written_at", na_position="first").drop_duplicates(
@@ -352,8 +368,11 @@ def _display(table: pd.DataFrame, style: _Style) -> tuple[list[str], list[list[s
     best = {}
     for column in metric_columns:
         cells = list(table[column])
-        sample = next(c for c in cells if c is not None)  # units stay in csv/json; headers stay short
-        header.append(f"{style.escape(column)} {style.up if sample.higher_is_better else style.down}")
+        sample = next((c for c in cells if c is not None), None)  # units stay in csv/json; headers stay short
+        if sample is None:  # a board column no row has (e.g. tokens/s without any speed measurement)
+            header.append(style.escape(column))
+        else:
+            header.append(f"{style.escape(column)} {style.up if sample.higher_is_better else style.down}")
         best[column] = _best(cells)
     body = []
     for _, row in table.iterrows():
@@ -366,6 +385,8 @@ def _display(table: pd.DataFrame, style: _Style) -> tuple[list[str], list[list[s
                 line.append(f"{float(v):.2e}")
             elif column in ("params", "state_floats"):
                 line.append(_si(float(v)))
+            elif isinstance(v, float):  # the board's Borda points
+                line.append(f"{v:.4g}")
             else:
                 line.append(style.escape(str(v)))
         for column in metric_columns:
@@ -443,3 +464,418 @@ def leaderboard_text(root: str, fmt: str = "md", suites: list[str] | None = None
     if fmt not in FORMATS:
         raise MixbenchError(f"unknown leaderboard format '{fmt}'; choose one of {', '.join(FORMATS)}.")
     return render(build_table(ResultsStore(root), suites, all_metrics), fmt)
+
+
+# ---------------------------------------------------------------------------------------------- aggregation
+#
+# The board (DESIGN §6, ANCHORS §1.9): the leaderboard table plus what makes rows comparable at a glance.
+#
+# * Classification scores are normalised against their baseline, as the Open LLM Leaderboard v2 does:
+#   ``100 * (raw - baseline) / (upper - baseline)``, clipped at 0 so a below-baseline task cannot pull an average
+#   under what always guessing would get. The baseline is the run's own majority-class rate (``task/majority_acc``,
+#   which the glue suite stores next to every accuracy and which is stronger than 1/classes), 0 for MCC (its
+#   chance level by construction), or a chance level given per column (``BoardConfig.chance``, e.g. 1/choices for
+#   an lm-eval task). Normalised columns replace the raw ones on the board and are named ``... (norm)``; the
+#   majority rates themselves describe the data, not the model, and leave the board.
+# * Borda count (MTEB's ranking) within each preset (only matched backbones compete): every quality column votes;
+#   a row gets one point per row of its preset it beats and half per tie. By default each suite's vote is split over its columns so a suite with ten headline columns does not
+#   outvote one with two. Speed suites do not vote (speed is the other axis of the Pareto view), nor do average
+#   columns (``*/avg*``: their parts vote already). Rows are only ranked over the same columns: a row missing a
+#   voting cell gets no rank (``—``) and its coverage says how many cells it has, instead of being ranked over
+#   fewer tasks (MTEB #1921, #4263). A rank per suite (Borda over that suite's columns) still ranks rows that
+#   have all cells of that suite.
+# * Mean by suite: the mean of a suite's normalised columns (the only ones on a shared 0-100 scale); missing
+#   when the row lacks any of them, never a mean over fewer.
+# * Pareto view: quality against speed within each preset (comparisons are at matched backbone); a row is on
+#   the front when no other row of its preset is at least as good on both axes and better on one.
+
+NORM_SUFFIX = " (norm)"
+NORM_UNIT = "normalised 0-100"
+SPEED_SUITES = ("throughput",)
+DEFAULT_SPEEDS = ("throughput/prefill_tok_s", "throughput/train_tok_s")
+TRAIN_SPEED = "train_tokens_per_s"  # measured while training, in every eval manifest
+BORDA_WEIGHTINGS = ("suite", "column")
+_NORMALISABLE = re.compile(r"^(?P<task>.+/)?(?P<metric>acc|acc_norm|mcc)(?P<split>_matched|_mismatched)?$")
+_BASELINE = re.compile(r"(^|/)majority_acc(_matched|_mismatched)?$")
+_AVERAGE = re.compile(r"(^|/)avg(_\d+of\d+)?$")
+
+
+@dataclass(frozen=True)
+class BoardConfig:
+    """What the board aggregates and how (defaults follow the Open LLM Leaderboard and MTEB).
+
+    ``chance`` maps a column (``suite/metric``, e.g. ``lm-eval/hellaswag/acc``) to its chance level on the
+    metric's own scale, for classification metrics whose run stores no majority rate. ``quality`` and ``speed``
+    name the Pareto axes: ``quality`` a metric column (default ``perplexity/ppl`` when present, else the Borda
+    points), ``speed`` a metric column or ``train_tokens_per_s`` (default: the throughput suite's prefill
+    tokens/s when any row has it, else its training tokens/s, else the training speed from the manifests).
+    """
+
+    suites: tuple[str, ...] | None = None
+    chance: tuple[tuple[str, float], ...] = ()
+    clip: bool = True
+    borda_weighting: str = "suite"
+    quality: str | None = None
+    speed: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.suites is not None:
+            object.__setattr__(self, "suites", tuple(self.suites))
+        chance = tuple(sorted(dict(self.chance).items())) if not isinstance(self.chance, tuple) else self.chance
+        object.__setattr__(self, "chance", chance)
+        for column, level in chance:
+            if "/" not in column:
+                raise MixbenchError(f"board: chance level key '{column}' must be a suite/metric column name.")
+            if not (isinstance(level, (int, float)) and math.isfinite(level)):
+                raise MixbenchError(f"board: chance level of {column} must be a finite number, got {level!r}.")
+        if self.borda_weighting not in BORDA_WEIGHTINGS:
+            raise MixbenchError(
+                f"board: borda_weighting must be one of {', '.join(BORDA_WEIGHTINGS)}, got '{self.borda_weighting}'."
+            )
+
+
+def normalise_score(value: float, baseline: float, upper: float, clip: bool = True) -> float:
+    """``100 * (value - baseline) / (upper - baseline)``, at least 0 with ``clip`` (NaN stays NaN).
+
+    The Open LLM Leaderboard's rescaling: the baseline maps to 0, a perfect score to 100.
+    """
+    if not upper > baseline:
+        raise MixbenchError(f"cannot normalise against baseline {baseline}: it is not below the best score {upper}.")
+    if math.isnan(value):
+        return value
+    score = 100.0 * (value - baseline) / (upper - baseline)
+    return max(0.0, score) if clip else score
+
+
+def _upper(unit: Any) -> float:
+    """A metric's best score: GLUE-style metrics are stored x100, lm-eval's as fractions."""
+    return 100.0 if str(unit or "") == "x100" else 1.0
+
+
+def normalise_frame(frame: pd.DataFrame, chance: dict[str, float] | None = None, clip: bool = True) -> pd.DataFrame:
+    """:func:`load_frame`'s rows with classification metrics normalised against their baseline (see above).
+
+    Each seed's value (and a single run's interval bounds: the map is monotonic) is normalised before seeds are
+    aggregated. Adds the columns ``baseline`` and ``baseline_source`` (``majority``, ``mcc`` or ``chance``);
+    majority-rate rows are dropped. A metric that looks like an accuracy but has no known baseline stays raw.
+    """
+    chance = dict(chance or {})
+    majority = {
+        (r.run_id, r.metric): float(r.value)
+        for r in frame.itertuples()
+        if _BASELINE.search(str(r.metric)) and r.value is not None and math.isfinite(float(r.value))
+    }
+    rows = []
+    for r in frame.to_dict("records"):
+        metric = str(r["metric"])
+        if _BASELINE.search(metric):
+            continue
+        baseline, source = _baseline_of(r, majority, chance)
+        if baseline is None:
+            rows.append({**r, "baseline": None, "baseline_source": None})
+            continue
+        upper = _upper(r["unit"])
+
+        def norm(x: Any, upper: float = upper, baseline: float = baseline) -> float | None:
+            x = _float(x)
+            return None if x is None else normalise_score(x, baseline, upper, clip)
+
+        rows.append(
+            {
+                **r,
+                "metric": metric + NORM_SUFFIX,
+                "value": norm(r["value"]),
+                "ci_low": norm(r["ci_low"]),
+                "ci_high": norm(r["ci_high"]),
+                "higher_is_better": True,
+                "unit": NORM_UNIT,
+                "baseline": baseline,
+                "baseline_source": source,
+            }
+        )
+    return pd.DataFrame(rows, columns=[*frame.columns, "baseline", "baseline_source"])
+
+
+def _baseline_of(row: dict[str, Any], majority: dict, chance: dict[str, float]) -> tuple[float | None, str | None]:
+    metric = str(row["metric"])
+    column = f"{row['suite']}/{metric}"
+    if column in chance:
+        return float(chance[column]), "chance"
+    m = _NORMALISABLE.match(metric)
+    if m is None or not bool(row["higher_is_better"]):
+        return None, None
+    if m["metric"] == "mcc":
+        return 0.0, "mcc"
+    key = (row["run_id"], f"{m['task'] or ''}majority_acc{m['split'] or ''}")
+    if key in majority and majority[key] < _upper(row["unit"]):
+        return majority[key], "majority"
+    return None, None
+
+
+def borda(values: dict[Any, list[float | None]], higher_is_better: list[bool],
+          weights: list[float] | None = None) -> tuple[dict[Any, float | None], dict[Any, int | None]]:
+    """Borda points and competition ranks (1, 2, 2, 4) of rows over columns.
+
+    ``values[row][j]`` is the row's value in column ``j`` (``None`` or NaN: missing). Each column gives a row one
+    point per complete row it beats and half a point per tie, times the column's weight. Only rows with every
+    column are ranked; the others get ``None`` for both.
+    """
+    n_cols = len(higher_is_better)
+    weights = [1.0] * n_cols if weights is None else list(weights)
+    if len(weights) != n_cols or any(len(v) != n_cols for v in values.values()):
+        raise ValueError("borda: every row needs one value per column, and every column one weight")
+
+    def present(x: float | None) -> bool:
+        return x is not None and not math.isnan(x)
+
+    complete = [k for k, v in values.items() if all(present(x) for x in v)]
+    points: dict[Any, float | None] = {k: None for k in values}
+    for k in complete:
+        total = 0.0
+        for j in range(n_cols):
+            sign = 1.0 if higher_is_better[j] else -1.0
+            mine = sign * values[k][j]
+            others = [sign * values[o][j] for o in complete if o != k]
+            total += weights[j] * (sum(mine > x for x in others) + 0.5 * sum(mine == x for x in others))
+        points[k] = total
+    ranks: dict[Any, int | None] = {k: None for k in values}
+    for k in complete:
+        ranks[k] = 1 + sum(points[o] > points[k] + 1e-12 for o in complete)  # type: ignore[operator]
+    return points, ranks
+
+
+def pareto_front(points: dict[Any, tuple[float, float]], x_higher: bool = True, y_higher: bool = True) -> set[Any]:
+    """The keys no other point dominates (at least as good on both axes, better on one); NaN points are left out."""
+    signed = {
+        k: ((1 if x_higher else -1) * x, (1 if y_higher else -1) * y)
+        for k, (x, y) in points.items()
+        if not (math.isnan(x) or math.isnan(y))
+    }
+    return {
+        k
+        for k, (x, y) in signed.items()
+        if not any(ox >= x and oy >= y and (ox > x or oy > y) for o, (ox, oy) in signed.items() if o != k)
+    }
+
+
+def borda_columns(metric_columns: list[str]) -> list[str]:
+    """The columns that vote: quality columns, not speed suites' and not averages of other columns."""
+    return [
+        c for c in metric_columns
+        if c.split("/", 1)[0] not in SPEED_SUITES and not _AVERAGE.search(c.split("/", 1)[1])
+    ]  # fmt: skip
+
+
+def build_board(store: ResultsStore, config: BoardConfig | None = None, frame: pd.DataFrame | None = None
+                ) -> pd.DataFrame:
+    """The leaderboard with normalised classification scores, Borda rank, suite means, speed and the Pareto front.
+
+    Columns: mixer, preset, params, state_floats (train_flops), seeds, ``borda rank``, ``borda points``,
+    ``coverage`` (voting cells present / voting columns), ``rank <suite>`` (Borda within one suite, over the rows
+    that have all of that suite's voting cells), ``pareto`` (on its preset's front, or ``—`` when the row
+    lacks an axis), then :class:`Cell` columns: ``tokens/s``, ``mean <suite>`` per suite with normalised columns,
+    and every headline metric column. ``attrs`` carries ``metric_columns`` (all Cell columns), ``borda_columns``,
+    ``borda_weights``, ``speed`` and ``quality`` (the Pareto axes' sources) and ``fronts`` (preset -> mixers).
+    ``frame`` is :func:`load_frame`'s result when the caller has it already.
+    """
+    config = config or BoardConfig()
+    frame = normalise_frame(load_frame(store) if frame is None else frame, dict(config.chance), config.clip)
+    suites = list(config.suites) if config.suites else None
+    table = table_from_frame(frame, str(store.root), suites, all_metrics=False)
+    if table.empty:
+        return table
+    columns = list(table.attrs["metric_columns"])
+    keys = list(zip(table.mixer, table.preset))
+    cells = {c: dict(zip(keys, table[c])) for c in columns}
+
+    # Borda
+    voting = borda_columns(columns)
+    per_suite = {s: sum(c.split("/", 1)[0] == s for c in voting) for s in {c.split("/", 1)[0] for c in voting}}
+    weights = [1.0 / per_suite[c.split("/", 1)[0]] if config.borda_weighting == "suite" else 1.0 for c in voting]
+    direction = [next(x for x in cells[c].values() if x is not None).higher_is_better for c in voting]
+    values = {k: [None if cells[c][k] is None else cells[c][k].value for c in voting] for k in keys}
+    points, ranks = _borda_by_preset(values, direction, weights)
+    coverage = {k: sum(v is not None and not math.isnan(v) for v in values[k]) for k in keys}
+    suite_ranks: dict[str, dict[tuple, int | None]] = {}
+    for suite in dict.fromkeys(c.split("/", 1)[0] for c in voting):  # within a suite, rows need only its cells
+        idx = [j for j, c in enumerate(voting) if c.split("/", 1)[0] == suite]
+        _, suite_ranks[f"rank {suite}"] = _borda_by_preset(
+            {k: [values[k][j] for j in idx] for k in keys}, [direction[j] for j in idx], None
+        )
+
+    # suite means over the normalised columns
+    means: dict[str, dict[tuple, Cell | None]] = {}
+    for suite in dict.fromkeys(c.split("/", 1)[0] for c in columns):
+        norm_cols = [c for c in columns if c.startswith(f"{suite}/") and c.endswith(NORM_SUFFIX)]
+        if norm_cols:
+            means[f"mean {suite}"] = {k: _suite_mean(frame, k, suite, norm_cols) for k in keys}
+
+    # speed and quality, the Pareto axes
+    speed_name, speed = _speed(frame, table, config.speed, keys)
+    quality_name = config.quality or ("perplexity/ppl" if "perplexity/ppl" in columns else "borda points")
+    if quality_name != "borda points" and quality_name not in columns:
+        raise MixbenchError(
+            f"board: quality column '{quality_name}' is not on the board; choose one of {', '.join(columns)}."
+        )
+    fronts: dict[str, list[str]] = {}
+    on_front: dict[tuple, bool | None] = {}
+    for preset in dict.fromkeys(table.preset):
+        pts = {}
+        for k in keys:
+            if k[1] != preset:
+                continue
+            q = points[k] if quality_name == "borda points" else _value(cells[quality_name][k])
+            s = _value(speed[k])
+            if q is None or s is None or math.isnan(q) or math.isnan(s):
+                on_front[k] = None
+                continue
+            pts[k] = (s, q)
+        higher = True if quality_name == "borda points" else _direction(cells[quality_name])
+        front = pareto_front(pts, x_higher=True, y_higher=higher)
+        for k in pts:
+            on_front[k] = k in front
+        fronts[str(preset)] = sorted(k[0] for k in front)
+
+    lead = [c for c in table.columns if c not in columns]
+    board = table[lead].copy()
+    board["borda rank"] = pd.array([ranks[k] for k in keys], dtype="Int64")
+    board["borda points"] = pd.array([points[k] for k in keys], dtype="Float64")
+    board["coverage"] = [f"{coverage[k]}/{len(voting)}" for k in keys]
+    for name, by_key in suite_ranks.items():
+        board[name] = pd.array([by_key[k] for k in keys], dtype="Int64")
+    board["pareto"] = ["—" if on_front[k] is None else ("yes" if on_front[k] else "no") for k in keys]
+    cell_columns = ["tokens/s", *means, *columns]
+    board["tokens/s"] = pd.Series([speed[k] for k in keys], dtype=object)
+    for name, by_key in means.items():
+        board[name] = pd.Series([by_key[k] for k in keys], dtype=object)
+    for c in columns:
+        board[c] = table[c]
+    board.attrs.update(
+        metric_columns=cell_columns,
+        borda_columns=voting,
+        borda_weights=dict(zip(voting, weights)),
+        speed=speed_name,
+        quality=quality_name,
+        fronts=fronts,
+        baselines=_baselines(frame),
+    )
+    return board
+
+
+def _borda_by_preset(values: dict[tuple, list[float | None]], direction: list[bool], weights: list[float] | None
+                     ) -> tuple[dict[tuple, float | None], dict[tuple, int | None]]:
+    """:func:`borda` within each preset: rows are ``(mixer, preset)`` and only matched backbones compete."""
+    points: dict[tuple, float | None] = {}
+    ranks: dict[tuple, int | None] = {}
+    for preset in dict.fromkeys(k[1] for k in values):
+        p, r = borda({k: v for k, v in values.items() if k[1] == preset}, direction, weights)
+        points.update(p)
+        ranks.update(r)
+    return points, ranks
+
+
+def _value(cell: Cell | None) -> float | None:
+    return None if cell is None else cell.value
+
+
+def _direction(cells: dict[tuple, Cell | None]) -> bool:
+    return next(c for c in cells.values() if c is not None).higher_is_better
+
+
+def _suite_mean(frame: pd.DataFrame, key: tuple, suite: str, norm_cols: list[str]) -> Cell | None:
+    """Mean of the row's normalised columns of ``suite``, per seed, then over seeds (``None`` if any is missing).
+
+    A seed counts only if it has every column; the newest run of a (seed, column) wins as in the table.
+    """
+    mixer, preset = key
+    metrics = [c.split("/", 1)[1] for c in norm_cols]
+    rows = frame[(frame.mixer == mixer) & (frame.preset == preset) & (frame.suite == suite)]
+    rows = rows[rows.metric.isin(metrics)].sort_values("written_at", na_position="first")
+    rows = rows.drop_duplicates(["metric", "seed"], keep="last")
+    if set(rows.metric) != set(metrics):
+        return None
+    per_seed = []
+    for _, g in rows.groupby(rows.seed.map(_seed_text), sort=True):
+        if len(g) == len(metrics) and all(_float(v) is not None for v in g.value):
+            per_seed.append(statistics.fmean(float(v) for v in g.value))
+    if not per_seed:
+        return None
+    return Cell.from_seeds(per_seed, (None, None), True, NORM_UNIT)
+
+
+def _speed(frame: pd.DataFrame, table: pd.DataFrame, requested: str | None,
+           keys: list[tuple]) -> tuple[str, dict[tuple, Cell | None]]:
+    """The speed axis: a throughput column's cells, or training tokens/s from the manifests (mean over seeds)."""
+    speed_frame = frame[frame.suite.isin(SPEED_SUITES)]
+    available = {f"{s}/{m}" for s, m in zip(speed_frame.suite, speed_frame.metric)}
+    if requested is None:
+        requested = next((c for c in DEFAULT_SPEEDS if c in available), TRAIN_SPEED)
+    if requested != TRAIN_SPEED:
+        if requested not in available:
+            raise MixbenchError(
+                f"board: speed column '{requested}' has no results; use one of "
+                f"{', '.join(sorted(available | {TRAIN_SPEED}))}."
+            )
+        if requested in table.columns:
+            return requested, dict(zip(keys, table[requested]))
+        sub = table_from_frame(frame, "", [requested.split("/", 1)[0]], all_metrics=True)
+        by_key = dict(zip(zip(sub.mixer, sub.preset), sub[requested]))
+        return requested, {k: by_key.get(k) for k in keys}
+    out: dict[tuple, Cell | None] = {}
+    for k in keys:
+        runs = frame[(frame.mixer == k[0]) & (frame.preset == k[1])].dropna(subset=[TRAIN_SPEED])
+        runs = runs.sort_values("written_at", na_position="first").drop_duplicates("run_id")
+        per_seed = runs.assign(s=runs.seed.map(_seed_text)).drop_duplicates("s", keep="last")
+        values = [float(v) for v in per_seed[TRAIN_SPEED] if _float(v) is not None]
+        out[k] = Cell.from_seeds(values, (None, None), True, "tokens/s") if values else None
+    return TRAIN_SPEED, out
+
+
+def _baselines(frame: pd.DataFrame) -> dict[str, str]:
+    """Column -> what its normalisation was measured against, for the page's footnote."""
+    out: dict[str, set[str]] = {}
+    for r in frame.dropna(subset=["baseline_source"]).itertuples():
+        out.setdefault(f"{r.suite}/{r.metric}", set()).add(str(r.baseline_source))
+    return {c: "/".join(sorted(s)) for c, s in out.items()}
+
+
+def pareto_plot(board: pd.DataFrame, path: Path) -> Path | None:
+    """Quality against speed, one panel per preset, the front joined by a line; ``None`` when nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if board.empty:
+        return None
+    quality = board.attrs["quality"]
+    presets = [p for p in dict.fromkeys(board.preset) if (board[board.preset == p].pareto != "—").any()]
+    if not presets:
+        return None
+    fig, axes = plt.subplots(1, len(presets), figsize=(5.5 * len(presets), 4.2), squeeze=False)
+    for ax, preset in zip(axes[0], presets):
+        rows = board[(board.preset == preset) & (board.pareto != "—")]
+        xs = [r["tokens/s"].value for _, r in rows.iterrows()]
+        ys = [r["borda points"] if quality == "borda points" else r[quality].value for _, r in rows.iterrows()]
+        front = [r.pareto == "yes" for _, r in rows.iterrows()]
+        ax.scatter([x for x, f in zip(xs, front) if not f], [y for y, f in zip(ys, front) if not f], c="#999", s=36)
+        ax.scatter([x for x, f in zip(xs, front) if f], [y for y, f in zip(ys, front) if f], c="#d62728", s=48,
+                   label="Pareto front")
+        line = sorted((x, y) for x, y, f in zip(xs, ys, front) if f)
+        if len(line) > 1:
+            ax.plot([p[0] for p in line], [p[1] for p in line], c="#d62728", lw=1, alpha=0.6)
+        for (_, r), x, y in zip(rows.iterrows(), xs, ys):
+            ax.annotate(str(r.mixer), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8,
+                        parse_math=False)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{board.attrs['speed']} (tokens/s, log)", parse_math=False)
+        better = "higher" if quality == "borda points" or _direction(dict(enumerate(board[quality]))) else "lower"
+        ax.set_ylabel(f"{quality} ({better} is better)", parse_math=False)
+        ax.set_title(f"preset {preset}", parse_math=False)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -191,6 +191,35 @@ class _LocalRuns:
                 shutil.rmtree(aside, ignore_errors=True)
         return final
 
+    def put_file(self, rel: str, data: bytes) -> str:
+        path = self.runs.parent / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f"{TMP_PREFIX}{path.name}-{uuid.uuid4().hex}"
+        try:
+            _write_synced(tmp, data)
+            os.replace(tmp, path)  # atomic: a reader sees the old file or the new one, never a half
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+        return str(path)
+
+    def get_file(self, rel: str) -> bytes | None:
+        try:
+            return (self.runs.parent / rel).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def list_files(self, prefix: str) -> list[str]:
+        base = self.runs.parent / prefix
+        if not base.is_dir():
+            return []
+        root = self.runs.parent
+        return sorted(
+            p.relative_to(root).as_posix() for p in base.rglob("*")
+            if p.is_file() and not p.name.startswith(TMP_PREFIX)
+        )
+
     def delete(self, run_id: str) -> None:
         doomed = self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-del"
         os.rename(self.runs / run_id, doomed)  # the run disappears atomically, then its files go
@@ -272,6 +301,26 @@ class _FsspecRuns:
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             self.fs.pipe_file(path, data)
         return self.location(run_id)
+
+    def put_file(self, rel: str, data: bytes) -> str:
+        path = f"{self.runs.rsplit('/', 1)[0]}/{rel}"
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.pipe_file(path, data)  # object stores replace an object in one PUT
+        return f"{self.url.rsplit('/', 1)[0]}/{rel}"
+
+    def get_file(self, rel: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(f"{self.runs.rsplit('/', 1)[0]}/{rel}")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def list_files(self, prefix: str) -> list[str]:
+        root = self.runs.rsplit("/", 1)[0]
+        base = f"{root}/{prefix}".rstrip("/")
+        if not self.fs.exists(base):
+            return []
+        found = (p.rstrip("/") for p in self.fs.find(base))
+        return sorted(p[len(root) :].lstrip("/") for p in found if not p.rsplit("/", 1)[-1].startswith(TMP_PREFIX))
 
     def _remove(self, path: str) -> None:
         if self.fs.exists(f"{path}/{MANIFEST}"):
@@ -438,6 +487,29 @@ class ResultsStore:
             raise MixbenchError(f"no run {run_id} in {self.root}; nothing to delete.")
         self._runs.delete(run_id)
 
+    # Files beside runs/ (nightly snapshots, history tables, plots): small, whole-file writes, atomic locally.
+
+    def write_file(self, rel: str, data: bytes | str) -> str:
+        """Write ``rel`` (a path under the store root, outside ``runs/``) in one piece; returns where it landed."""
+        _check_rel(rel)
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        try:
+            return self._runs.put_file(rel, payload)
+        except OSError as exc:
+            raise MixbenchError(
+                f"could not write {rel} into {self.root} ({exc.strerror or exc}); check the store is writable."
+            ) from None
+
+    def read_file(self, rel: str) -> bytes | None:
+        """The bytes of ``rel`` under the store root, or None when there is no such file."""
+        _check_rel(rel)
+        return self._runs.get_file(rel)
+
+    def list_files(self, prefix: str) -> list[str]:
+        """Paths (relative to the store root, sorted) of the files under the folder ``prefix``."""
+        _check_rel(prefix)
+        return self._runs.list_files(prefix.strip("/"))
+
     def clean_tmp(self, max_age_s: float = 24 * 3600) -> list[str]:
         """Remove leftovers of killed writers older than ``max_age_s``; returns their folder names.
 
@@ -449,6 +521,14 @@ class ResultsStore:
 def _check_id(run_id: str) -> None:
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise MixbenchError(f"invalid run id {run_id!r}; run ids are the hex content hashes under runs/ in the store.")
+
+
+def _check_rel(rel: str) -> None:
+    parts = rel.strip("/").split("/")
+    if not rel or rel.startswith("/") or "\\" in rel or ".." in parts or parts[0] in ("runs", "") or "://" in rel:
+        raise MixbenchError(
+            f"invalid store file {rel!r}; give a relative path outside runs/ (e.g. nightly/plan/20260101T000000Z.json)."
+        )
 
 
 def _jsonl(raw: bytes | None) -> list[Any]:

@@ -1,9 +1,15 @@
-"""Train-and-score grids: ``mixbench run --preset P`` and ``mixbench quickstart``.
+"""Train-and-score grids: ``mixbench run --preset P``, ``mixbench run PLAN.yaml`` and ``mixbench quickstart``.
 
-For each (mixer, seed): build and validate the run spec, train into ``<checkpoints>/<train id>`` (resuming a
-partial checkpoint, skipping a complete one), then score it with each suite (skipping runs already in the
-store). Every request is validated before the first model trains, and the wall time of each phase is
-reported so budgets can be checked.
+A grid is cut into :class:`ModelJob` units, one per trained model: train (mixer, preset, seed) into
+``<checkpoints>/<train id>`` (resuming a partial checkpoint, skipping a complete one), then score it with each
+suite (skipping runs already in the store). Jobs are independent, so an executor (``harness.executors``: in
+process, a process pool, or Ray) may run them anywhere that sees the store and the data; the cross-run step
+of a suite (:meth:`Suite.aggregate`, e.g. the judge's ratings) runs once in the driver after every job.
+
+Before any job is dispatched, every request is validated and the run id of every (model, suite) pair is
+computed in the driver, so a job whose runs are all in the store is skipped without loading a model, and a
+second run of the same grid trains and scores nothing. The wall time of each phase is reported so budgets
+can be checked.
 """
 
 from __future__ import annotations
@@ -11,16 +17,47 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.evaluate import evaluate
+from harness.config import DataConfig, RunSpec
+from harness.errors import ConfigError, MixbenchError
+from harness.evaluate import evaluate, run_key
 from harness.registry import SUITES
 from harness.results import ResultsStore
+from harness.results import run_id as results_run_id
 from harness.specs import bind_vocab, make_run_spec
 from harness.suite import Suite
 from harness.training import train
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.data import Corpus
+    from harness.executors import Executor
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job needs on the machine that runs it (Ray schedules on it; the process pool sizes itself)."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("cpus", "gpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"resources: {name} must be a number >= 0, got {value!r}.")
+            object.__setattr__(self, name, float(value))
+        if self.cpus <= 0:
+            raise ConfigError(f"resources: cpus must be > 0 (a job needs a core to run on), got {self.cpus}.")
+        if self.gpus > 1:
+            raise ConfigError(
+                f"resources: gpus must be at most 1 per job, got {self.gpus}; a model on several GPUs trains "
+                "under torchrun (`torchrun --nproc-per-node N -m harness.cli train ...`)."
+            )
 
 
 @dataclass
@@ -38,20 +75,87 @@ class GridRequest:
     kernel: str | None = None
     force: bool = False
     progress: bool = True
+    resources: Resources = field(default_factory=Resources)
+    plugins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelJob:
+    """One unit of a grid: train one model, then score it with each suite. Picklable, so it can travel."""
+
+    spec: RunSpec  # vocabulary already bound to the tokenizer's
+    suites: tuple[str, ...]
+    suite_overrides: dict[str, dict[str, Any]]
+    expected: dict[str, str | None]  # suite -> run id as predicted by the driver (None: only the worker knows)
+    device: str = "cpu"
+    kernel: str | None = None
+    force: bool = False
+    progress: bool = True
+    resources: Resources = field(default_factory=Resources)
+    plugins: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.model.mixer} / {self.spec.preset} / seed {self.spec.train.seed}"
+
+
+@dataclass
+class JobOutcome:
+    """What a job did: phase timings, whether it trained, and the run id each suite wrote or found."""
+
+    label: str
+    trained: bool
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    runs: dict[str, str] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)  # suites whose run this job wrote (not found in the store)
+    host: str = ""
+
+
+@dataclass
+class JobFailure:
+    label: str
+    error: str  # the user-facing message, or a traceback for a bug
 
 
 @dataclass
 class PhaseTimer:
     phases: list[tuple[str, float]] = field(default_factory=list)
+    echo: bool = True
 
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
-        print(f"[mixbench] {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
+        if self.echo:
+            print(f"[mixbench] {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
 
     def render(self) -> str:
         total = sum(s for _, s in self.phases)
         rows = [f"  {name:<40} {s:8.1f} s" for name, s in self.phases]
         return "\n".join(["phase timings:", *rows, f"  {'total':<40} {total:8.1f} s"])
+
+
+@dataclass
+class GridReport(PhaseTimer):
+    """The phase timings plus what each job did; ``failures`` is non-empty only with ``keep_going``."""
+
+    jobs: int = 0
+    skipped: int = 0  # jobs whose runs were all in the store: nothing loaded, trained or scored
+    trained: int = 0  # models trained (or resumed) in this call
+    written: int = 0  # suite runs written in this call
+    wall_s: float = 0.0
+    outcomes: list[JobOutcome] = field(default_factory=list)
+    failures: list[JobFailure] = field(default_factory=list)
+    run_ids: set[str] = field(default_factory=set)  # every suite run of the grid (found, written or expected)
+
+    def summary(self) -> str:
+        line = (
+            f"{self.jobs} job(s): {self.skipped} already complete, {self.trained} model(s) trained, "
+            f"{self.written} run(s) written, {len(self.failures)} failed; {self.wall_s:.1f} s wall"
+        )
+        failed = [f"  FAILED {f.label}: {f.error}" for f in self.failures]
+        return "\n".join([line, *failed])
+
+    def render(self) -> str:
+        return "\n".join([super().render(), self.summary()])
 
 
 def checkpoint_root(store: ResultsStore) -> Path:
@@ -62,54 +166,210 @@ def checkpoint_root(store: ResultsStore) -> Path:
     return Path(os.environ.get("MIXBENCH_CACHE", Path.home() / ".cache" / "mixbench")) / "checkpoints"
 
 
-def run_grid(req: GridRequest, store: ResultsStore) -> PhaseTimer:
+# One corpus per data config per process: the driver's load is reused by in-process jobs, and a pool or Ray
+# worker that runs several jobs loads it once (the tokenizer and token stream come from the disk cache).
+_CORPORA: dict[DataConfig, "Corpus"] = {}
+
+
+def corpus_for(cfg: DataConfig, progress: bool) -> "Corpus":
     from harness.data import load_corpus
 
-    timer = PhaseTimer()
-    for suite in req.suites:  # fail on an unknown suite or bad suite option before any work
-        SUITES.get(suite).make_config(req.suite_overrides.get(suite))
-    specs = [
-        make_run_spec(
-            mixer,
-            req.preset,
-            mixer_config=req.mixer_configs.get(mixer),
-            backbone_overrides=req.backbone_overrides,
-            train_overrides={**req.train_overrides, "seed": seed},
-            data_overrides=req.data_overrides,
-        )
-        for mixer in req.mixers
-        for seed in req.seeds
-    ]
+    if cfg not in _CORPORA:
+        _CORPORA[cfg] = load_corpus(cfg, progress=progress)
+    return _CORPORA[cfg]
+
+
+def expected_run_id(spec: RunSpec, suite: str, suite_overrides: dict[str, Any] | None, device: str) -> str | None:
+    """The id ``evaluate`` gives the run of ``suite`` on the model ``spec`` trains (same key, same hash).
+
+    For a device-dependent suite (throughput) the id includes the device and thread count, which only the
+    worker knows for sure: the prediction is this machine's, and None when this machine lacks the device
+    (a CPU-only Ray head planning GPU jobs). A wrong or missing prediction costs a dispatched job that finds
+    its checkpoint and runs in place, never a wrong skip of another run.
+    """
+    from harness.provenance import device_descriptor
+
+    entry = SUITES.get(suite)
+    key = run_key(spec.to_json(), suite, entry.make_config(suite_overrides))
+    if getattr(entry.cls, "device_dependent", False):
+        try:
+            key["device"] = device_descriptor(device)
+        except (RuntimeError, AssertionError, ValueError):  # no such device here
+            return None
+    return results_run_id(key)
+
+
+def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTimer) -> list[ModelJob]:
+    """Validate every request and cut it into jobs (nothing is trained; data and tokenizers are loaded).
+
+    Every name and config value is checked before the store is touched, and the store is proven writable
+    before the (possibly long) data loading and tokenizer training.
+    """
+    pending: list[tuple[GridRequest, RunSpec]] = []
+    for req in reqs:
+        for suite in req.suites:  # fail on an unknown suite or bad suite option before any work
+            SUITES.get(suite).make_config(req.suite_overrides.get(suite))
+        for mixer in req.mixers:
+            for seed in req.seeds:
+                spec = make_run_spec(
+                    mixer,
+                    req.preset,
+                    mixer_config=req.mixer_configs.get(mixer),
+                    backbone_overrides=req.backbone_overrides,
+                    train_overrides={**req.train_overrides, "seed": seed},
+                    data_overrides=req.data_overrides,
+                )
+                pending.append((req, spec))
     store.ensure_writable()
-
-    t0 = time.perf_counter()
-    corpus = load_corpus(specs[0].data, progress=req.progress)
-    timer.add(f"data + tokenizer ({corpus.tokenizer.vocab_size} tokens vocab)", time.perf_counter() - t0)
-
-    for spec in specs:
-        spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
-        out = checkpoint_root(store) / spec.train_id
-        t0 = time.perf_counter()
-        result = train(spec, out, corpus, device=req.device, kernel=req.kernel, progress=req.progress, force=req.force)
-        label = f"train {spec.model.mixer} seed {spec.train.seed}"
-        if result.skipped:
-            label += " (already trained)"
-        else:
-            label += f" ({result.tokens_per_s:,.0f} tokens/s, final loss {result.final_loss:.3f})"
-        timer.add(label, time.perf_counter() - t0)
-        for suite in req.suites:
+    jobs, seen = [], set()
+    for req, spec in pending:
+        if spec.data not in _CORPORA:
             t0 = time.perf_counter()
-            outcome = evaluate(
-                out, suite, store, req.suite_overrides.get(suite), device=req.device, kernel=req.kernel,
-                force=req.force, progress=req.progress, corpus=corpus, aggregate=False,
+            corpus = corpus_for(spec.data, req.progress)
+            timer.add(f"data + tokenizer ({corpus.tokenizer.vocab_size} tokens vocab)", time.perf_counter() - t0)
+        spec = bind_vocab(spec, _CORPORA[spec.data].tokenizer.vocab_size)
+        if spec.train_id in seen:  # the same model asked twice (e.g. by two plan entries): train it once
+            continue
+        seen.add(spec.train_id)
+        expected = {s: expected_run_id(spec, s, req.suite_overrides.get(s), req.device) for s in req.suites}
+        jobs.append(
+            ModelJob(
+                spec, tuple(req.suites), {s: dict(req.suite_overrides.get(s) or {}) for s in req.suites}, expected,
+                req.device, req.kernel, req.force, req.progress, req.resources, tuple(req.plugins),
             )
-            note = " (already in the store)" if outcome.skipped else ""
-            timer.add(f"eval {suite} on {spec.model.mixer} seed {spec.train.seed}{note}", time.perf_counter() - t0)
-    for suite in req.suites:  # cross-run steps (the judge's ratings) once every model's runs are in
+        )
+    return jobs
+
+
+def job_is_complete(job: ModelJob, store: ResultsStore) -> bool:
+    """True when every suite's run of this model is already in the store (and nothing is forced)."""
+    return not job.force and all(rid is not None and store.has_run(rid) for rid in job.expected.values())
+
+
+def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
+    """Train one model (resuming its checkpoint) and score it with each suite; runs in any process.
+
+    Called by every executor with the store's root (a path or URL), never a live object, so it works in a
+    fresh worker process or on another Ray node that sees the same store.
+    """
+    import platform
+
+    from harness.registry import load_plugins
+
+    load_plugins(job.plugins)
+    if job.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise MixbenchError(
+                f"job {job.label} needs {job.device} but {platform.node()} has no usable GPU; give the plan "
+                "resources: {gpus: 1} so Ray places it on a GPU node, or run it with device: cpu."
+            )
+    store = ResultsStore(store_root)
+    spec = job.spec
+    corpus = corpus_for(spec.data, job.progress)
+    outcome = JobOutcome(job.label, trained=False, host=platform.node())
+    out = checkpoint_root(store) / spec.train_id
+    t0 = time.perf_counter()
+    result = train(spec, out, corpus, device=job.device, kernel=job.kernel, progress=job.progress, force=job.force)
+    label = f"train {spec.model.mixer} seed {spec.train.seed}"
+    if result.skipped:
+        label += " (already trained)"
+    else:
+        outcome.trained = True
+        resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
+        label += f" ({result.tokens_per_s:,.0f} tokens/s, final loss {result.final_loss:.3f}{resumed})"
+    outcome.phases.append((label, time.perf_counter() - t0))
+    for suite in job.suites:
+        t0 = time.perf_counter()
+        ev = evaluate(
+            out, suite, store, job.suite_overrides.get(suite), device=job.device, kernel=job.kernel,
+            force=job.force, progress=job.progress, corpus=corpus, aggregate=False,
+        )
+        outcome.runs[suite] = ev.run_id
+        if not ev.skipped:
+            outcome.written.append(suite)
+        note = " (already in the store)" if ev.skipped else ""
+        name = f"eval {suite} on {spec.model.mixer} seed {spec.train.seed}{note}"
+        outcome.phases.append((name, time.perf_counter() - t0))
+    return outcome
+
+
+def failure_text(exc: BaseException) -> str:
+    """A user error's own sentence; a bug keeps its traceback so it can be fixed."""
+    if isinstance(exc, MixbenchError):
+        return str(exc)
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+def run_requests(
+    reqs: Sequence[GridRequest],
+    store: ResultsStore,
+    executor: "Executor | None" = None,
+    keep_going: bool = False,
+) -> GridReport:
+    """Run every job of ``reqs`` that is not already complete through ``executor`` (default: in process).
+
+    With ``keep_going`` a failed job is recorded in the report and the others still run; without it the
+    first failure stops the grid and is raised (finished jobs stay in the store, so a rerun resumes).
+    """
+    from harness.executors import LocalExecutor
+
+    wall0 = time.perf_counter()
+    report = GridReport()
+    jobs = plan_jobs(reqs, store, report)
+    report.jobs = len(jobs)
+    todo = []
+    for job in jobs:
+        report.run_ids.update(rid for rid in job.expected.values() if rid is not None)
+        if job_is_complete(job, store):
+            report.skipped += 1
+            report.add(f"{job.label}: every suite already in the store", 0.0)
+        else:
+            todo.append(job)
+    if todo:
+        executor = executor or LocalExecutor()
+        if executor.needs_shared_store and store.root.startswith("memory://"):
+            raise MixbenchError(
+                f"the results store {store.root} lives in this process's memory, so {executor.name} workers "
+                "cannot see it; use --executor local or a folder / shared URL for --results."
+            )
+        print(
+            f"[mixbench] {len(todo)} of {len(jobs)} job(s) to run on {executor.describe()}",
+            file=sys.stderr, flush=True,
+        )
+        for done, (job, result) in enumerate(executor.map(execute_job, todo, store.root), 1):
+            state = "failed" if isinstance(result, BaseException) else f"done on {result.host}"
+            print(f"[mixbench] job {done}/{len(todo)} {state}: {job.label}", file=sys.stderr, flush=True)
+            if isinstance(result, BaseException):
+                if not keep_going:
+                    raise result
+                report.failures.append(JobFailure(job.label, failure_text(result)))
+                report.add(f"{job.label}: FAILED", 0.0)
+                continue
+            report.outcomes.append(result)
+            report.run_ids.update(result.runs.values())
+            report.trained += int(result.trained)
+            report.written += len(result.written)
+            for name, seconds in result.phases:
+                report.add(name, seconds)
+    suites_seen: dict[str, dict[str, Any] | None] = {}
+    for req in reqs:
+        for suite in req.suites:
+            suites_seen.setdefault(suite, req.suite_overrides.get(suite))
+    progress = any(r.progress for r in reqs)
+    for suite, overrides in suites_seen.items():  # cross-run steps (the judge's ratings) once every run is in
         entry = SUITES.get(suite)
         if entry.cls.aggregate is not Suite.aggregate:
             t0 = time.perf_counter()
-            entry.cls(entry.make_config(req.suite_overrides.get(suite))).aggregate(store, req.progress)
-            timer.add(f"aggregate {suite}", time.perf_counter() - t0)
-    return timer
+            entry.cls(entry.make_config(overrides)).aggregate(store, progress)
+            report.add(f"aggregate {suite}", time.perf_counter() - t0)
+    report.wall_s = time.perf_counter() - wall0
+    return report
 
+
+def run_grid(
+    req: GridRequest, store: ResultsStore, executor: "Executor | None" = None, keep_going: bool = False
+) -> GridReport:
+    """One preset's grid (``mixbench run --preset P``); see :func:`run_requests`."""
+    return run_requests([req], store, executor, keep_going)

@@ -8,6 +8,9 @@ autocast on CUDA, periodic validation and checkpoints.
 Resumption is exact: the batch of step i is a function of (seed, i) alone (``Corpus.train_batch``), and a
 snapshot holds the weights, the optimizer state and the RNG state, so a run killed with SIGKILL and resumed
 from its last snapshot reaches bit-for-bit the loss of an uninterrupted run on the same machine.
+
+Under torchrun (``dist``, see :mod:`harness.distributed`) each rank trains on its slice of the same global
+batch inside DistributedDataParallel; losses and validation sums are reduced over ranks, and only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from harness.backbone import MixerLM, build_model
 from harness.batching import IGNORE_INDEX, batched, collate_windows
 from harness.checkpoint import load_checkpoint, resolve, save_checkpoint
 from harness.config import RunSpec, TrainConfig
+from harness.distributed import DistEnv, all_mean, all_sum, barrier, wrap
 from harness.errors import MixbenchError, NonFiniteLossError
 from harness.provenance import provenance
 
@@ -74,12 +78,15 @@ def lm_loss(model: MixerLM, inputs: torch.Tensor, targets: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def validation_loss(model: MixerLM, windows: list, pad_id: int, batch_size: int, device: torch.device) -> float:
-    """Token-weighted mean cross-entropy over fixed validation windows."""
+def validation_loss(
+    model: MixerLM, windows: list, pad_id: int, batch_size: int, device: torch.device, dist: DistEnv | None = None
+) -> float:
+    """Token-weighted mean cross-entropy over fixed validation windows (split over ranks under torchrun)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for chunk in batched(windows, batch_size):
+    mine = windows[dist.rank :: dist.world_size] if dist is not None else windows
+    for chunk in batched(mine, batch_size):
         inputs, targets = collate_windows([w.ids for w in chunk], pad_id)
         logits, _ = model(inputs.to(device))
         total += F.cross_entropy(
@@ -87,6 +94,7 @@ def validation_loss(model: MixerLM, windows: list, pad_id: int, batch_size: int,
         ).item()
         count += int((targets != IGNORE_INDEX).sum())
     model.train(was_training)
+    total, count = all_sum([total, float(count)], dist, device)
     return total / max(count, 1)
 
 
@@ -105,10 +113,18 @@ def train(
     progress: bool = True,
     force: bool = False,
     on_step: Callable[[int, float], None] | None = None,
+    dist: DistEnv | None = None,
 ) -> TrainResult:
-    """Train ``spec`` into ``out_dir``; resume a partial run there, or return at once if it is complete."""
+    """Train ``spec`` into ``out_dir``; resume a partial run there, or return at once if it is complete.
+
+    ``dist`` (from :func:`harness.distributed.session`) trains data-parallel under torchrun with the same global
+    batch; only rank 0 writes to ``out_dir``.
+    """
     out_dir = Path(out_dir)
     cfg = spec.train
+    main = dist is None or dist.is_main
+    if dist is not None:
+        dist.check_batch(cfg.batch_size)
     context = spec.model.backbone.context
     total_steps = cfg.steps(context)
     dev = torch.device(device)
@@ -146,7 +162,8 @@ def train(
 
     tokenizer_file = out_dir / ".tokenizer.json"
     out_dir.mkdir(parents=True, exist_ok=True)
-    corpus.tokenizer.save(tokenizer_file)
+    if main:
+        corpus.tokenizer.save(tokenizer_file)
     val_windows = corpus.eval_windows("validation", context, max_windows=cfg.eval_batches * cfg.batch_size)
     pad_id = corpus.tokenizer.pad_id
     use_autocast = dev.type == "cuda"
@@ -166,6 +183,7 @@ def train(
             "kernel": model.kernel,
             "device": str(dev),
             "history": history,
+            "world_size": dist.world_size if dist is not None else 1,
             "corpus_fingerprint": corpus.fingerprint,
             "provenance": provenance(),
         }
@@ -173,17 +191,23 @@ def train(
         return save_checkpoint(out_dir, spec, model, step, meta, tokenizer_file, state)
 
     model.train()
+    forward = wrap(model, dist, dev)  # DDP averages gradients over ranks in backward()
     t0 = time.perf_counter()
     loss_value, val = float("nan"), None
-    bar = tqdm(total=total_steps, initial=start, disable=not progress, desc=f"train {spec.model.mixer}", unit="step")
+    bar = tqdm(
+        total=total_steps, initial=start, disable=not (progress and main), desc=f"train {spec.model.mixer}", unit="step"
+    )
     path = out_dir
     for step in range(start, total_steps):
-        batch = corpus.train_batch(step, cfg.batch_size, context, cfg.seed).to(dev)
+        batch = corpus.train_batch(step, cfg.batch_size, context, cfg.seed)  # the global batch, on every rank
+        if dist is not None:
+            batch = dist.shard(batch)
+        batch = batch.to(dev)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, total_steps, cfg)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_autocast):
-            loss = lm_loss(model, batch[:, :-1], batch[:, 1:])
-        loss_value = loss.item()
+            loss = lm_loss(forward, batch[:, :-1], batch[:, 1:])
+        loss_value = all_mean(loss.detach(), dist).item()  # equal token counts per rank: the global mean
         if not math.isfinite(loss_value):
             raise NonFiniteLossError(
                 f"training {spec.model.mixer} stopped: the loss became {loss_value} at step {step + 1} of "
@@ -198,18 +222,22 @@ def train(
         record: dict[str, Any] = {"step": done, "loss": round(loss_value, 6), "grad_norm": round(grad_norm, 4)}
         is_last = done == total_steps
         if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
-            val = validation_loss(model, val_windows, pad_id, cfg.batch_size, dev) if val_windows else None
+            val = validation_loss(model, val_windows, pad_id, cfg.batch_size, dev, dist) if val_windows else None
             record["val_loss"] = val
         if "val_loss" in record or done % max(1, total_steps // 500) == 0:
             history.append(record)  # thinned to <= ~500 points so snapshots stay small
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.3f}", val=f"{val:.3f}" if val is not None else "-")
-        if on_step is not None:
+        if on_step is not None and main:
             on_step(done, loss_value)
-        if is_last or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0):
+        if main and (is_last or (cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             path = snapshot(done, is_last, loss_value, val, seconds)
     bar.close()
-    tokenizer_file.unlink(missing_ok=True)
+    if main:
+        tokenizer_file.unlink(missing_ok=True)
+    if dist is not None:
+        barrier()  # no rank returns before rank 0's final checkpoint exists
+        path = resolve(out_dir) or path
     seconds = prior_seconds + time.perf_counter() - t0
     steps_run = total_steps - start
     return TrainResult(

@@ -12,7 +12,14 @@ import pandas as pd
 import pytest
 
 from harness.errors import MixbenchError
-from harness.leaderboard import FORMATS, MISSING, build_table, load_frame, render, t_quantile_975
+from harness.leaderboard import (
+    FORMATS,
+    MISSING,
+    build_table,
+    load_frame,
+    render,
+    t_quantile_975,
+)
 from harness.results import ResultsStore, run_id
 from harness.suite import Metric, SuiteResult
 
@@ -213,3 +220,177 @@ def test_disagreeing_parameter_counts_warn(store):
     with pytest.warns(UserWarning, match="disagree on parameters"):
         table = build_table(store)
     assert table.loc[0, "params"] == 120
+
+
+# ------------------------------------------------------------------------------------------- the board
+
+from harness.leaderboard import (
+    BoardConfig,
+    borda,
+    borda_columns,
+    build_board,
+    normalise_frame,
+    normalise_score,
+    pareto_front,
+    pareto_plot,
+)  # fmt: skip
+
+
+def _glue(store, mixer, accs, mcc=None, majority=50.0, seed=0, preset="tiny", ci=None, **manifest):
+    """A glue run: ``accs`` maps task -> accuracy (x100); each task gets its majority rate as GLUE's suite writes it."""
+    metrics = []
+    for task, acc in accs.items():
+        lo, hi = ci if ci else (None, None)
+        metrics.append(Metric(f"{task}/acc", acc, True, lo, hi, 100, "x100"))
+        metrics.append(Metric(f"{task}/majority_acc", majority, True, n=100, unit="x100"))
+    if mcc is not None:
+        metrics.append(Metric("cola/mcc", mcc, True, n=100, unit="x100"))
+    metrics.append(Metric("glue/avg", 50.0, True, n=len(accs), unit="x100"))
+    headline = [m.name for m in metrics if "majority" not in m.name]
+    return _write(store, mixer, "glue", metrics, seed=seed, preset=preset, headline=headline, **manifest)
+
+
+def test_normalise_score_is_the_open_llm_leaderboard_rescaling():
+    assert normalise_score(80.0, 60.0, 100.0) == pytest.approx(50.0)  # (80-60)/(100-60)*100
+    assert normalise_score(0.5, 0.25, 1.0) == pytest.approx(100 / 3)  # a 4-choice task on the fraction scale
+    assert normalise_score(50.0, 60.0, 100.0) == 0.0
+    assert normalise_score(50.0, 60.0, 100.0, clip=False) == pytest.approx(-25.0)
+    assert math.isnan(normalise_score(math.nan, 60.0, 100.0))
+    with pytest.raises(MixbenchError, match="not below the best score"):
+        normalise_score(1.0, 100.0, 100.0)
+
+
+def test_normalisation_against_the_runs_majority_rate_mcc_and_chance(store):
+    _glue(store, "protot", {"sst2": 80.0}, mcc=-5.0, majority=60.0, ci=(70.0, 90.0))
+    _write(store, "protot", "lm-eval", [Metric("hellaswag/acc", 0.4, True, 0.35, 0.45, 200),
+                                        Metric("other/acc", 0.4, True)])
+    frame = normalise_frame(load_frame(store), {"lm-eval/hellaswag/acc": 0.25})
+    rows = {f"{r.suite}/{r.metric}": r for r in frame.itertuples()}
+    assert not any("majority" in c for c in rows)  # baselines leave the board
+    sst2 = rows["glue/sst2/acc (norm)"]
+    assert (sst2.value, sst2.ci_low, sst2.ci_high) == (pytest.approx(50.0), pytest.approx(25.0), pytest.approx(75.0))
+    assert (sst2.baseline, sst2.baseline_source, sst2.unit) == (60.0, "majority", "normalised 0-100")
+    assert rows["glue/cola/mcc (norm)"].value == 0.0 and rows["glue/cola/mcc (norm)"].baseline_source == "mcc"
+    hs = rows["lm-eval/hellaswag/acc (norm)"]
+    assert hs.value == pytest.approx(20.0) and hs.ci_low == pytest.approx(40 / 3) and hs.baseline_source == "chance"
+    assert rows["lm-eval/other/acc"].value == 0.4  # no known baseline: stays raw
+    assert rows["glue/glue/avg"].value == 50.0
+
+
+def test_seeds_are_normalised_before_they_are_averaged(store):
+    _glue(store, "protot", {"sst2": 70.0}, majority=50.0, seed=0)
+    _glue(store, "protot", {"sst2": 40.0}, majority=50.0, seed=1)  # below the majority rate: clipped to 0
+    cell = build_board(store).loc[0, "glue/sst2/acc (norm)"]
+    # seed 0: (70-50)/50*100 = 40; seed 1: 0 -> mean 20, half-width t(1) * sd / sqrt(2) with sd = 40/sqrt(2)
+    assert cell.n_seeds == 2 and cell.value == pytest.approx(20.0)
+    assert cell.ci_high - cell.value == pytest.approx(12.706205 * (40 / math.sqrt(2)) / math.sqrt(2), rel=1e-6)
+
+
+def test_borda_points_ties_and_missing_rows():
+    values = {"a": [1.0, 3.0], "b": [2.0, 3.0], "c": [2.0, 1.0], "d": [None, 5.0], "e": [math.nan, 0.0]}
+    points, ranks = borda(values, [True, False])
+    # column 0 (higher better) among a,b,c: a 0, b 1 + 0.5 (tie with c), c 1.5; column 1 (lower better): a 0.5,
+    # b 0.5, c 2; d and e miss a cell and neither get nor give points
+    assert points == {"a": 0.5, "b": 2.0, "c": 3.5, "d": None, "e": None}
+    assert ranks == {"a": 3, "b": 2, "c": 1, "d": None, "e": None}
+    _, tied = borda({"x": [1.0], "y": [1.0], "z": [0.0]}, [True])
+    assert tied == {"x": 1, "y": 1, "z": 3}
+    with pytest.raises(ValueError):
+        borda({"x": [1.0]}, [True, True])
+
+
+def test_pareto_front_by_hand():
+    points = {"A": (100.0, 10.0), "B": (200.0, 11.0), "C": (150.0, 12.0), "D": (300.0, 13.0), "E": (100.0, 10.0),
+              "F": (math.nan, 1.0)}
+    assert pareto_front(points, x_higher=True, y_higher=False) == {"A", "B", "D", "E"}  # C: B is faster and better
+    assert pareto_front(points, x_higher=True, y_higher=True) == {"D"}
+    assert pareto_front({}, True, True) == set()
+
+
+@pytest.fixture
+def board_store(store):
+    """Hand-computed board: A, B, C complete; D lacks glue; E is another preset.
+
+    ppl (lower better): A 10, B 11, C 12, D 13; E 20 at preset quick. glue, majority 50: x/acc A 70 B 80 C 90 -> norm 40, 60, 80;
+    y/acc A 60 B 60 C 90 -> norm 20, 20, 80.
+    """
+    speeds = {"A": 100.0, "B": 200.0, "C": 150.0, "D": 300.0, "E": 50.0}
+    for mixer, ppl in (("A", 10.0), ("B", 11.0), ("C", 12.0), ("D", 13.0)):
+        _write(store, mixer, "perplexity", [_ppl(ppl)], parameters=1000, state_floats=10)
+        _write(store, mixer, "throughput", [Metric("prefill_tok_s", speeds[mixer], True, unit="tokens/s")],
+               headline=["prefill_tok_s"])
+    for mixer, (x, y) in {"A": (70.0, 60.0), "B": (80.0, 60.0), "C": (90.0, 90.0)}.items():
+        _glue(store, mixer, {"x": x, "y": y})
+    _write(store, "E", "perplexity", [_ppl(20.0)], preset="quick")  # worst ppl, but alone at its preset
+    _write(store, "E", "throughput", [Metric("prefill_tok_s", 50.0, True, unit="tokens/s")], preset="quick",
+           headline=["prefill_tok_s"])
+    return store
+
+
+def test_board_borda_means_coverage_and_front(board_store):
+    board = build_board(board_store)
+    rows = {r.mixer: r for _, r in board.iterrows()}
+    assert board.attrs["borda_columns"] == ["glue/x/acc (norm)", "glue/y/acc (norm)", "perplexity/ppl"]
+    assert "glue/glue/avg" in board.attrs["metric_columns"]  # shown, but an average does not vote
+    # suite weighting: ppl A 2 B 1 C 0; x: A 0 B 1 C 2; y: A .5 B .5 C 2, glue columns weigh 1/2 each
+    assert {m: rows[m]["borda points"] for m in "ABC"} == {"A": 2.25, "B": 1.75, "C": 2.0}
+    assert {m: rows[m]["borda rank"] for m in "ABC"} == {"A": 1, "B": 3, "C": 2}
+    assert pd.isna(rows["D"]["borda rank"]) and rows["D"]["coverage"] == "1/3" and rows["A"]["coverage"] == "3/3"
+    assert pd.isna(rows["E"]["borda rank"])  # E has no glue either
+    # within a suite: glue x A0 B1 C2 + y A.5 B.5 C2 -> C, B, A; perplexity ranks every row, within its preset
+    assert {m: rows[m]["rank glue"] for m in "ABC"} == {"A": 3, "B": 2, "C": 1} and pd.isna(rows["D"]["rank glue"])
+    assert {m: rows[m]["rank perplexity"] for m in "ABCDE"} == {"A": 1, "B": 2, "C": 3, "D": 4, "E": 1}
+    assert {m: rows[m]["mean glue"].value for m in "ABC"} == {"A": 30.0, "B": 40.0, "C": 80.0}
+    assert rows["D"]["mean glue"] is None
+    # Pareto (prefill tokens/s up, ppl down) within tiny: A (100, 10), B (200, 11), C (150, 12), D (300, 13)
+    assert board.attrs["speed"] == "throughput/prefill_tok_s" and board.attrs["quality"] == "perplexity/ppl"
+    assert board.attrs["fronts"] == {"tiny": ["A", "B", "D"], "quick": ["E"]}
+    assert {m: rows[m]["pareto"] for m in "ABCDE"} == {"A": "yes", "B": "yes", "C": "no", "D": "yes", "E": "yes"}
+    assert rows["B"]["tokens/s"].value == 200.0 and rows["A"]["params"] == 1000
+
+    by_column = build_board(board_store, BoardConfig(borda_weighting="column"))
+    rows = {r.mixer: r for _, r in by_column.iterrows()}
+    assert {m: rows[m]["borda points"] for m in "ABC"} == {"A": 2.5, "B": 2.5, "C": 4.0}
+    assert {m: rows[m]["borda rank"] for m in "ABC"} == {"A": 2, "B": 2, "C": 1}
+
+
+def test_board_renders_in_every_format_with_missing_cells(board_store):
+    board = build_board(board_store)
+    md = render(board, "md")
+    d_row = next(line for line in md.splitlines() if line.startswith("| D "))
+    assert MISSING in d_row and "1/3" in d_row
+    csv = pd.read_csv(io.StringIO(render(board, "csv")))
+    assert set(csv.mixer) == set("ABCDE") and math.isnan(csv.set_index("mixer").loc["D", "mean glue"])
+    rows = {r["mixer"]: r for r in json.loads(render(board, "json"))}
+    assert rows["C"]["borda rank"] == 2 and rows["D"]["borda rank"] is None
+    assert rows["A"]["glue/x/acc (norm)"]["value"] == pytest.approx(40.0)
+
+
+def test_board_speed_from_training_when_no_throughput_runs(store):
+    for seed, speed in ((0, 1000.0), (1, 3000.0)):
+        _write(store, "protot", "perplexity", [_ppl(10.0)], seed=seed, train_tokens_per_s=speed)
+    _write(store, "attention", "perplexity", [_ppl(9.0)], train_tokens_per_s=500.0)
+    board = build_board(store)
+    rows = {r.mixer: r for _, r in board.iterrows()}
+    assert board.attrs["speed"] == "train_tokens_per_s"
+    assert rows["protot"]["tokens/s"].value == 2000.0 and rows["protot"]["tokens/s"].n_seeds == 2
+    assert board.attrs["fronts"] == {"tiny": ["attention", "protot"]}
+
+
+def test_board_bad_axes_fail_clearly(board_store):
+    with pytest.raises(MixbenchError, match="quality column 'glue/nope'"):
+        build_board(board_store, BoardConfig(quality="glue/nope"))
+    with pytest.raises(MixbenchError, match="speed column 'throughput/decode_ms' has no results"):
+        build_board(board_store, BoardConfig(speed="throughput/decode_ms"))
+    with pytest.raises(MixbenchError, match="borda_weighting"):
+        BoardConfig(borda_weighting="votes")
+
+
+def test_borda_columns_skip_speed_and_averages():
+    cols = ["perplexity/ppl", "glue/glue/avg", "glue/standin/avg_3of4", "throughput/prefill_tok_s", "glue/x/acc (norm)"]
+    assert borda_columns(cols) == ["perplexity/ppl", "glue/x/acc (norm)"]
+
+
+def test_pareto_plot_is_written(board_store, tmp_path):
+    path = pareto_plot(build_board(board_store), tmp_path / "pareto.png")
+    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000

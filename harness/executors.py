@@ -1,0 +1,279 @@
+"""Where a grid's jobs run (DESIGN §7): in this process, in a local process pool, or on a Ray cluster.
+
+Every executor runs the same function (``harness.runner.execute_job``) on picklable jobs and yields
+``(job, result_or_exception)`` as jobs finish, so the runner's bookkeeping (skips, failures, timings) is one
+piece of code whatever the backend. A job needs only the store's root and the data, so it can run anywhere
+that sees both: a shared folder or an fsspec URL for the store, the same data source, mixbench installed.
+
+- ``local``: one job after the other, in this process (the default; errors keep their tracebacks).
+- ``process``: a ``spawn`` process pool on this machine, as many workers as the jobs' ``cpus`` allow.
+- ``ray``: one Ray task per job with the job's ``cpus`` / ``gpus`` as its resource request, so Ray places
+  GPU jobs on GPU nodes. ``address=None`` starts a private local cluster (and stops it afterwards);
+  ``address="auto"`` or ``ray://host:10001`` joins an existing one. A task killed with its node is retried
+  by Ray, and the retry resumes from the checkpoint the job had written.
+
+Errors raised in a worker come back as the message a user needs (``MixbenchError``) or the worker's
+traceback as text (anything else), since exception objects do not always survive pickling.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from harness.errors import ConfigError, MixbenchError
+
+EXECUTORS = ("local", "process", "ray")
+# Forwarded to Ray workers: the cache location, offline switches and thread settings (never credentials).
+_FORWARD_ENV = ("MIXBENCH_", "HF_", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")
+
+
+class WorkerError(RuntimeError):
+    """A bug in a worker process, carried back as its formatted traceback."""
+
+
+class Executor(ABC):
+    name: str = ""
+    needs_shared_store: bool = True  # workers open the store by its root: a memory:// store is invisible to them
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+    @abstractmethod
+    def map(self, fn: Callable[..., Any], jobs: Sequence[Any], *args: Any) -> Iterator[tuple[Any, Any]]:
+        """Run ``fn(job, *args)`` for every job; yield ``(job, result or exception)`` in completion order."""
+
+    def close(self) -> None:  # noqa: B027  (nothing to release by default)
+        """Release workers or the cluster connection; safe to call twice."""
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _threads_for(job: Any) -> int:
+    resources = getattr(job, "resources", None)
+    return max(1, int(getattr(resources, "cpus", 1) or 1))
+
+
+def _portable_call(fn: Callable[..., Any], job: Any, *args: Any) -> Any:
+    """``fn(job, *args)`` in a worker: torch uses the job's CPUs, and errors come back in picklable form."""
+    import torch
+
+    torch.set_num_threads(_threads_for(job))
+    torch.set_flush_denormal(True)  # as the CLI does (see harness.cli.main)
+    try:
+        return fn(job, *args)
+    except MixbenchError as exc:
+        raise MixbenchError(str(exc)) from None  # subclasses with custom __init__ do not unpickle
+    except Exception as exc:
+        raise WorkerError("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()) from None
+
+
+class LocalExecutor(Executor):
+    """Jobs one after the other in this process: no start-up cost, full tracebacks, shares the loaded corpus."""
+
+    name = "local"
+    needs_shared_store = False
+
+    def describe(self) -> str:
+        return "this process (sequential)"
+
+    def map(self, fn, jobs, *args):
+        for job in jobs:
+            try:
+                result = fn(job, *args)
+            except Exception as exc:  # KeyboardInterrupt passes through: the next run resumes
+                result = exc
+            yield job, result
+
+
+class ProcessExecutor(Executor):
+    """A pool of ``spawn``ed processes on this machine (fork would copy torch's thread pools and locks)."""
+
+    name = "process"
+
+    def __init__(self, workers: int | None = None):
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"--workers must be a positive integer, got {workers!r}.")
+        self.workers = workers
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def pool_size(self, jobs: Sequence[Any]) -> int:
+        """``workers`` if given, else as many jobs as fit on this machine's cores at their ``cpus`` each."""
+        if self.workers is not None:
+            return self.workers
+        widest = max((getattr(getattr(j, "resources", None), "cpus", 1.0) for j in jobs), default=1.0)
+        return max(1, min(len(jobs), int((os.cpu_count() or 1) // max(widest, 1.0))))
+
+    def describe(self) -> str:
+        return f"a local process pool ({self.workers or 'auto'} workers)"
+
+    def map(self, fn, jobs, *args):
+        if not jobs:
+            return
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.pool_size(jobs), mp_context=multiprocessing.get_context("spawn")
+        )
+        futures = {self._pool.submit(_portable_call, fn, job, *args): job for job in jobs}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                try:
+                    result = future.result()
+                except Exception as exc:  # a job's error, or BrokenProcessPool when a worker died
+                    result = exc
+                yield futures[future], result
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayExecutor(Executor):
+    """One Ray task per job. Without ``address`` a local cluster is started with the given limits."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+        object_store_memory: int | None = None,
+        include_dashboard: bool = False,
+        log_to_driver: bool = True,
+    ):
+        if address is not None and any(v is not None for v in (num_cpus, num_gpus, object_store_memory)):
+            raise ConfigError(
+                "--ray-cpus / --ray-gpus / object store size only apply to a local cluster started by mixbench; "
+                f"the cluster at {address} already has its resources. Drop them or drop --address."
+            )
+        self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
+        self.object_store_memory, self.include_dashboard, self.log_to_driver = (
+            object_store_memory, include_dashboard, log_to_driver,
+        )
+        self._started = False
+        self._ray: Any = None
+
+    def describe(self) -> str:
+        return f"Ray at {self.address}" if self.address else "a local Ray cluster"
+
+    def _connect(self) -> Any:
+        if self._ray is not None:
+            return self._ray
+        try:
+            import ray
+        except ImportError:
+            raise MixbenchError(
+                "--executor ray needs Ray; install it with `python -m pip install -c constraints.txt ray==2.60.0`."
+            ) from None
+        if not ray.is_initialized():
+            env = {
+                k: v for k, v in os.environ.items()
+                if k.startswith(_FORWARD_ENV) and not _is_secret(k)
+            }
+            kwargs: dict[str, Any] = {
+                "include_dashboard": self.include_dashboard,
+                "log_to_driver": self.log_to_driver,
+                "runtime_env": {"env_vars": env},
+            }
+            if self.address:
+                kwargs["address"] = self.address
+            else:
+                kwargs.update(
+                    num_cpus=self.num_cpus, num_gpus=self.num_gpus, object_store_memory=self.object_store_memory
+                )
+            try:
+                ray.init(**kwargs)
+            except ConnectionError as exc:
+                raise MixbenchError(
+                    f"cannot reach the Ray cluster at {self.address} ({exc}); start it with `ray start --head` or "
+                    "pass the right --address (omit it to start a local cluster)."
+                ) from None
+            self._started = True
+        self._ray = ray
+        return ray
+
+    def _check_fits(self, jobs: Sequence[Any]) -> None:
+        """A task asking for more than the whole cluster has would wait forever: refuse it up front."""
+        total = self._ray.cluster_resources()
+        for job in jobs:
+            res = getattr(job, "resources", None)
+            if res is None:
+                continue
+            for key, need in (("CPU", res.cpus), ("GPU", res.gpus)):
+                if need > total.get(key, 0.0):
+                    raise ConfigError(
+                        f"job {getattr(job, 'label', job)} asks for {need:g} {key}(s) but the Ray cluster has "
+                        f"{total.get(key, 0.0):g}; lower resources.{key.lower()}s in the plan or add nodes."
+                    )
+
+    def map(self, fn, jobs, *args):
+        if not jobs:
+            return
+        ray = self._connect()
+        self._check_fits(jobs)
+        task = ray.remote(_portable_call)
+        refs = {}
+        for job in jobs:
+            res = getattr(job, "resources", None)
+            options = {"num_cpus": res.cpus, "num_gpus": res.gpus} if res is not None else {}
+            refs[task.options(**options, name=f"mixbench {getattr(job, 'label', '')}").remote(fn, job, *args)] = job
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                ref = done[0]
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # RayTaskError wraps the worker's exception as .cause
+                    cause = getattr(exc, "cause", None)
+                    result = cause if isinstance(cause, BaseException) else exc
+                yield refs[ref], result
+        finally:
+            for ref in pending:  # the caller stopped early (fail-fast or Ctrl-C)
+                ray.cancel(ref)
+
+    def close(self) -> None:
+        if self._ray is not None and self._started:
+            self._ray.shutdown()
+        self._ray, self._started = None, False
+
+
+def _is_secret(name: str) -> bool:
+    from harness.results import is_secret_key
+
+    return is_secret_key(name)
+
+
+def make_executor(
+    name: str,
+    address: str | None = None,
+    workers: int | None = None,
+    ray_cpus: int | None = None,
+    ray_gpus: int | None = None,
+    ray_object_store_mb: int | None = None,
+) -> Executor:
+    """The executor ``--executor NAME`` asks for, checking that its options belong to it."""
+    if name not in EXECUTORS:
+        raise ConfigError(f"unknown executor '{name}'; choose one of {', '.join(EXECUTORS)}.")
+    if name != "ray" and (address or ray_cpus or ray_gpus or ray_object_store_mb):
+        raise ConfigError(f"--address and --ray-* options need --executor ray (got --executor {name}).")
+    if name != "process" and workers is not None:
+        raise ConfigError(f"--workers sizes the process pool; it needs --executor process (got --executor {name}).")
+    if name == "local":
+        return LocalExecutor()
+    if name == "process":
+        return ProcessExecutor(workers)
+    store_bytes = ray_object_store_mb * 1024 * 1024 if ray_object_store_mb else None
+    return RayExecutor(address, ray_cpus, ray_gpus, store_bytes)

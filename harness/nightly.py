@@ -1,0 +1,403 @@
+"""Nightly runs (DESIGN §6): run what a plan is missing, snapshot the metrics, compare with the night before.
+
+``mixbench nightly PLAN.yaml`` runs the plan's grid (jobs already in the store are skipped, interrupted ones
+resume), then records a snapshot of every metric of the plan's runs in the store::
+
+    nightly/<plan>/<YYYYmmddTHHMMSS.ffffff>Z.json   rows (suite, mixer, preset, seed, metric, value, CI, ...),
+                                                  the grid's summary, and the comparison with the night before
+    nightly/<plan>/history.csv, history.md         one row per metric, one column per night
+    nightly/<plan>/plots/<suite>__<metric>.png     headline metrics across nights, one line per model
+
+A metric regresses when it moves in its bad direction by more than the plan's tolerance, which grows with
+both nights' confidence intervals (:class:`harness.plan.Tolerance`), so bootstrap noise is not an alarm and a
+real drop is. Regressions, metrics that disappeared, and jobs that failed make the command exit 1; the
+snapshot is written either way, so the next night compares with what this night actually measured.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import MixbenchError
+from harness.plan import NightlyPolicy, Plan
+from harness.results import ResultsStore, _dumps
+
+FORMAT = "mixbench-nightly"
+VERSION = 1
+NIGHTLY_DIR = "nightly"
+_SNAPSHOT = re.compile(r"^\d{8}T\d{6}\.\d{6}Z\.json$")
+KEY_FIELDS = ("suite", "mixer", "preset", "seed", "metric")
+
+
+def snapshot_id(now: datetime | None = None) -> str:
+    """Fixed-width UTC stamp: sorting ids as strings sorts nights in time."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def row_key(row: dict[str, Any]) -> tuple:
+    return tuple(row.get(k) for k in KEY_FIELDS)
+
+
+def key_text(key: tuple) -> str:
+    suite, mixer, preset, seed, metric = key
+    who = "/".join(str(p) for p in (mixer, preset) if p is not None) or "-"
+    seed_text = f" seed {seed}" if seed is not None else ""
+    return f"{suite}/{metric} [{who}{seed_text}]"
+
+
+def metric_rows(store: ResultsStore, plan: Plan, run_ids: set[str] | None = None) -> list[dict[str, Any]]:
+    """The plan's metric table: one row per (suite, mixer, preset, seed, metric), newest run winning.
+
+    Runs of the grid (``run_ids``) win over older runs of the same cell (e.g. from before a plan's training
+    budget changed); cross-run records such as the judge's ratings are included when their suite, mixer and
+    preset belong to the plan.
+    """
+    rows: dict[tuple, tuple[tuple, dict[str, Any]]] = {}
+    for run in store.iter_runs(samples=False):
+        m = run.manifest
+        suite, mixer, preset, seed = m.get("suite"), m.get("mixer"), m.get("preset"), m.get("seed")
+        in_grid = run_ids is not None and run.run_id in run_ids
+        if not in_grid and not plan.covers(suite, mixer, preset, seed):
+            continue
+        headline = m.get("headline")
+        for metric in run.metrics:
+            row = {
+                "suite": suite, "mixer": mixer, "preset": preset, "seed": seed, "metric": metric.name,
+                "value": metric.value, "ci_low": metric.ci_low, "ci_high": metric.ci_high,
+                "higher_is_better": metric.higher_is_better, "n": metric.n, "unit": metric.unit,
+                "headline": metric.name in headline if isinstance(headline, list) else True,
+                "run_id": run.run_id, "written_at": m.get("written_at"),
+            }
+            rank = (in_grid, m.get("written_at") or "")
+            key = row_key(row)
+            if key not in rows or rank >= rows[key][0]:
+                rows[key] = (rank, row)
+    return [row for _, row in sorted(rows.values(), key=lambda item: _sort_key(row_key(item[1])))]
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple("" if v is None else str(v) for v in key)
+
+
+@dataclass
+class Change:
+    key: tuple
+    status: str  # regression | improvement | unchanged | missing | new
+    previous: float | None
+    current: float | None
+    threshold: float | None = None
+    higher_is_better: bool = True
+    unit: str = ""
+
+    @property
+    def delta(self) -> float | None:
+        if self.previous is None or self.current is None:
+            return None
+        return self.current - self.previous
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **dict(zip(KEY_FIELDS, self.key, strict=True)), "status": self.status, "previous": self.previous,
+            "current": self.current, "delta": self.delta, "threshold": self.threshold,
+            "higher_is_better": self.higher_is_better, "unit": self.unit,
+        }
+
+    def text(self) -> str:
+        arrow = "higher is better" if self.higher_is_better else "lower is better"
+        if self.status == "missing":
+            return f"{key_text(self.key)}: was {_num(self.previous)}, now missing"
+        if self.status == "new":
+            return f"{key_text(self.key)}: new, {_num(self.current)}"
+        return (
+            f"{key_text(self.key)}: {_num(self.previous)} -> {_num(self.current)} {self.unit}".rstrip()
+            + f" (change {_num(self.delta)}, tolerance {_num(self.threshold)}, {arrow})"
+        )
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    return f"{x:.4g}"
+
+
+def _half_width(row: dict[str, Any]) -> float | None:
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None or hi is None:
+        return None
+    return (float(hi) - float(lo)) / 2
+
+
+def _value(row: dict[str, Any]) -> float:
+    value = row.get("value")
+    return math.nan if value is None else float(value)
+
+
+def compare(previous: list[dict[str, Any]], current: list[dict[str, Any]], policy: NightlyPolicy) -> list[Change]:
+    """Every cell of either night, classified against the tolerance of its suite."""
+    before = {row_key(r): r for r in previous}
+    now = {row_key(r): r for r in current}
+    changes = []
+    for key in sorted(set(before) | set(now), key=_sort_key):
+        old, new = before.get(key), now.get(key)
+        ref = new or old
+        hib, unit = bool(ref.get("higher_is_better", True)), str(ref.get("unit") or "")
+        if new is None:
+            changes.append(Change(key, "missing", _value(old), None, None, hib, unit))
+            continue
+        if old is None:
+            changes.append(Change(key, "new", None, _value(new), None, hib, unit))
+            continue
+        p, c = _value(old), _value(new)
+        threshold = policy.for_suite(key[0]).threshold(p, _half_width(old), _half_width(new))
+        if math.isnan(p) or math.isnan(c):
+            status = "regression" if math.isnan(c) and not math.isnan(p) else "unchanged"
+        else:
+            worse = (p - c) if hib else (c - p)
+            status = "regression" if worse > threshold else "improvement" if -worse > threshold else "unchanged"
+        changes.append(Change(key, status, p, c, threshold, hib, unit))
+    return changes
+
+
+@dataclass
+class NightlyResult:
+    snapshot_id: str
+    snapshot_path: str
+    previous_id: str | None
+    changes: list[Change]
+    grid: Any  # harness.runner.GridReport
+    history_files: list[str] = field(default_factory=list)
+    published: str | None = None
+
+    def of(self, status: str) -> list[Change]:
+        return [c for c in self.changes if c.status == status]
+
+    @property
+    def regressions(self) -> list[Change]:
+        return self.of("regression")
+
+    @property
+    def exit_code(self) -> int:
+        """1 when anything needs a human: a regression, a metric that vanished, or a failed job."""
+        return 1 if self.regressions or self.of("missing") or self.grid.failures else 0
+
+    def render(self) -> str:
+        lines = [self.grid.summary(), f"snapshot {self.snapshot_id} written to {self.snapshot_path}"]
+        if self.previous_id is None:
+            lines.append("first night of this plan: nothing to compare with.")
+        else:
+            counts = {s: len(self.of(s)) for s in ("regression", "improvement", "unchanged", "missing", "new")}
+            lines.append(
+                f"compared with {self.previous_id}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+            )
+            sections = (("regression", "REGRESSIONS"), ("missing", "MISSING"), ("improvement", "improvements"))
+            for status, title in sections:
+                found = self.of(status)
+                if found:
+                    lines.append(f"{title}:")
+                    lines.extend(f"  {c.text()}" for c in found)
+        if self.published:
+            lines.append(f"site republished to {self.published}")
+        return "\n".join(lines)
+
+
+def list_snapshots(store: ResultsStore, plan_name: str) -> list[str]:
+    """Snapshot ids of a plan, oldest first."""
+    prefix = f"{NIGHTLY_DIR}/{plan_name}"
+    names = (p.rsplit("/", 1)[-1] for p in store.list_files(prefix))
+    return sorted(n.removesuffix(".json") for n in names if _SNAPSHOT.match(n))
+
+
+def read_snapshot(store: ResultsStore, plan_name: str, sid: str) -> dict[str, Any]:
+    rel = f"{NIGHTLY_DIR}/{plan_name}/{sid}.json"
+    raw = store.read_file(rel)
+    if raw is None:
+        raise MixbenchError(f"no snapshot {rel} in {store.root}.")
+    try:
+        snap = json.loads(raw)
+        if snap.get("format") != FORMAT or not isinstance(snap.get("rows"), list):
+            raise ValueError("not a mixbench nightly snapshot")
+    except (ValueError, AttributeError) as exc:
+        raise MixbenchError(
+            f"snapshot {rel} in {store.root} is corrupt ({exc}); delete it to compare with the night before."
+        ) from None
+    return snap
+
+
+def run_nightly(
+    plan: Plan,
+    store: ResultsStore,
+    executor=None,
+    device: str = "cpu",
+    progress: bool = True,
+    plugins: tuple[str, ...] = (),
+    publish_dir: Path | None = None,
+    now: datetime | None = None,
+) -> NightlyResult:
+    """Run the plan's missing work, snapshot, compare with the previous night, write history and plots."""
+    from harness.runner import run_requests
+
+    if publish_dir is not None:
+        publish_site = _publisher()  # fail before the night's work, not after it
+    grid = run_requests(plan.requests(device, progress=progress, plugins=plugins), store, executor, keep_going=True)
+    result = record_night(plan, store, grid, now)
+    if publish_dir is not None:
+        publish_site(store, Path(publish_dir))
+        result.published = str(publish_dir)
+    return result
+
+
+def record_night(plan: Plan, store: ResultsStore, grid, now: datetime | None = None) -> NightlyResult:
+    """Snapshot the plan's metrics after ``grid`` (a GridReport), compare with the last night, write history."""
+    rows = metric_rows(store, plan, grid.run_ids)
+    earlier = list_snapshots(store, plan.name)
+    previous_id = earlier[-1] if earlier else None
+    previous_rows = read_snapshot(store, plan.name, previous_id)["rows"] if previous_id else []
+    changes = compare(previous_rows, rows, plan.nightly) if previous_id else []
+    sid = snapshot_id(now)
+    if previous_id is not None and sid <= previous_id:
+        raise MixbenchError(f"the clock reads {sid}, not after the last snapshot {previous_id}; check the system time.")
+    snapshot = {
+        "format": FORMAT,
+        "version": VERSION,
+        "id": sid,
+        "plan": plan.name,
+        "plan_source": plan.source,
+        "taken_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "grid": {
+            "jobs": grid.jobs, "skipped": grid.skipped, "trained": grid.trained, "written": grid.written,
+            "wall_s": round(grid.wall_s, 3), "failures": [{"job": f.label, "error": f.error} for f in grid.failures],
+        },
+        "compared_with": previous_id,
+        "changes": [c.to_json() for c in changes if c.status != "unchanged"],
+        "rows": rows,
+    }
+    path = store.write_file(f"{NIGHTLY_DIR}/{plan.name}/{sid}.json", _dumps(snapshot, indent=1) + "\n")
+    result = NightlyResult(sid, path, previous_id, changes, grid)
+    result.history_files = write_history(store, plan.name)
+    return result
+
+
+def _publisher():
+    try:
+        from harness.publish import publish_site
+    except ImportError as exc:
+        raise MixbenchError(
+            f"--publish needs harness.publish.publish_site, which cannot be imported ({exc}); update mixbench "
+            "or run `mixbench nightly` without --publish."
+        ) from None
+    return publish_site
+
+
+def history_frame(store: ResultsStore, plan_name: str):
+    """Every night's rows of a plan as one long pandas frame (column ``night`` = snapshot id)."""
+    import pandas as pd
+
+    frames = []
+    for sid in list_snapshots(store, plan_name):
+        snap = read_snapshot(store, plan_name, sid)
+        if snap["rows"]:
+            frame = pd.DataFrame(snap["rows"])
+            frame["night"] = sid
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=[*KEY_FIELDS, "value", "ci_low", "ci_high", "headline", "night"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_history(store: ResultsStore, plan_name: str) -> list[str]:
+    """history.csv / history.md (metric x night) and one plot per headline metric; returns the files."""
+    frame = history_frame(store, plan_name)
+    base = f"{NIGHTLY_DIR}/{plan_name}"
+    if frame.empty:
+        return []
+    frame = frame.copy()
+    frame["seed"] = frame["seed"].map(
+        lambda s: "" if s is None or (isinstance(s, float) and math.isnan(s)) else str(int(s))
+    )
+    for column in ("mixer", "preset"):
+        frame[column] = frame[column].fillna("")
+    wide = frame.pivot_table(index=list(KEY_FIELDS), columns="night", values="value", aggfunc="last", dropna=False)
+    wide = wide.reindex(columns=sorted(wide.columns))
+    wide.columns = [_night_label(c) for c in wide.columns]
+    written = [
+        store.write_file(f"{base}/history.csv", wide.to_csv()),
+        store.write_file(f"{base}/history.md", _history_md(wide)),
+    ]
+    heads = frame[frame["headline"].astype(bool)]
+    for (suite, metric), group in heads.groupby(["suite", "metric"], sort=True):
+        png = _plot(group, suite, metric)
+        written.append(store.write_file(f"{base}/plots/{_slug(suite)}__{_slug(metric)}.png", png))
+    return written
+
+
+def _night_label(sid: str) -> str:
+    return f"{sid[:4]}-{sid[4:6]}-{sid[6:8]} {sid[9:11]}:{sid[11:13]}:{sid[13:15]}"
+
+
+def _history_md(wide) -> str:
+    header = [*KEY_FIELDS, *wide.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, values in wide.iterrows():
+        cells = [str(k) for k in key] + ["" if math.isnan(v) else _num(v) for v in values]  # NaN: no value that night
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_") or "metric"
+
+
+def _plot(group, suite: str, metric: str) -> bytes:
+    """A metric across nights, one line per (mixer, preset, seed), CI as error bars where the suite gave one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nights = sorted(group["night"].unique())
+    x_of = {n: i for i, n in enumerate(nights)}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    try:
+        for (mixer, preset, seed), series in group.groupby(["mixer", "preset", "seed"], sort=True):
+            series = series.sort_values("night")
+            xs = [x_of[n] for n in series["night"]]
+            ys = series["value"].astype(float).to_numpy()
+            lo = series["ci_low"].astype(float).to_numpy()
+            hi = series["ci_high"].astype(float).to_numpy()
+            label = " / ".join(p for p in (str(mixer), str(preset), f"seed {seed}" if seed != "" else "") if p)
+            has_ci = ~(np.isnan(lo) | np.isnan(hi))
+            if has_ci.any():
+                err = np.vstack([np.where(has_ci, ys - lo, 0), np.where(has_ci, hi - ys, 0)])
+                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+            else:
+                ax.plot(xs, ys, marker="o", label=label)
+        ax.set_xticks(range(len(nights)), [_night_label(n) for n in nights], rotation=30, ha="right", fontsize=7)
+        ax.set_title(f"{suite} / {metric}")
+        ax.set_xlabel("night")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def print_result(result: NightlyResult) -> None:
+    print(result.render())
+    sys.stdout.flush()
+

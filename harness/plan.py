@@ -1,0 +1,293 @@
+"""Plan files: a grid written down once and run every night (``mixbench run PLAN.yaml``, ``mixbench nightly``).
+
+A plan is YAML (or JSON, which YAML reads too)::
+
+    name: tiny-nightly              # snapshots go under nightly/<name>/ in the store (default: the file's stem)
+    presets: [tiny]                 # or `preset: tiny`
+    mixers: [protot, attention]     # or a mapping name -> mixer config, e.g. {protot: {n_prototypes: 16}}
+    seeds: [0, 1]
+    suites:                         # a list, or a mapping name -> suite config
+      perplexity: {max_windows: 16, bootstrap: 200}
+    train: {token_budget: 32768}    # TrainConfig overrides (seed comes from `seeds`)
+    data: {max_train_docs: 40}      # DataConfig overrides
+    backbone: {context: 128}        # BackboneConfig overrides
+    device: auto                    # auto | cpu | cuda
+    kernel: null                    # force a mixer kernel
+    resources: {cpus: 1, gpus: 0}   # per job (one trained model + its suites)
+    nightly:                        # regression tolerances (see Tolerance)
+      rel_tolerance: 0.01
+      suites: {throughput: {rel_tolerance: 0.25}}
+
+Loading validates everything a run would only discover later: unknown keys (with the closest valid one),
+types, mixer / suite / preset names and every config value (each model is built on the meta device), so a
+mistake in a nightly plan fails in a second, not after an hour of training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError, MixbenchError
+from harness.runner import GridRequest, Resources
+
+PLAN_KEYS = (
+    "name", "preset", "presets", "mixers", "mixer_configs", "seeds", "suites", "train", "data", "backbone",
+    "device", "kernel", "resources", "nightly",
+)
+TOLERANCE_KEYS = ("rel_tolerance", "abs_tolerance", "ci_scale")
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When a change of a metric between two nights counts as a regression.
+
+    A metric regresses when it moves in its bad direction (``higher_is_better`` says which) by more than
+    ``max(abs_tolerance, rel_tolerance * |previous|, ci_scale * sqrt(h_prev**2 + h_now**2))``, where ``h`` is a
+    night's CI half-width. Two independent estimates with 95% half-widths h1 and h2 differ by less than
+    ``sqrt(h1**2 + h2**2)`` 95% of the time (normal approximation), so ``ci_scale = 1`` flags only changes
+    the suite's own uncertainty cannot explain; the relative floor covers metrics without a CI (timings).
+    """
+
+    rel_tolerance: float = 0.01
+    abs_tolerance: float = 0.0
+    ci_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in TOLERANCE_KEYS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"nightly: {name} must be a number >= 0, got {value!r}.")
+            object.__setattr__(self, name, float(value))
+
+    def threshold(self, previous: float, half_prev: float | None, half_now: float | None) -> float:
+        ci = (half_prev or 0.0) ** 2 + (half_now or 0.0) ** 2
+        return max(self.abs_tolerance, self.rel_tolerance * abs(previous), self.ci_scale * ci**0.5)
+
+
+@dataclass(frozen=True)
+class NightlyPolicy:
+    """Tolerances for the nightly comparison, with optional per-suite overrides."""
+
+    default: Tolerance = field(default_factory=Tolerance)
+    suites: dict[str, Tolerance] = field(default_factory=dict)
+
+    def for_suite(self, suite: str) -> Tolerance:
+        return self.suites.get(suite, self.default)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated grid: mixers x presets x seeds, each model scored by every suite."""
+
+    name: str
+    presets: tuple[str, ...]
+    mixers: tuple[str, ...]
+    suites: tuple[str, ...]
+    seeds: tuple[int, ...] = (0,)
+    mixer_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    suite_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    backbone: dict[str, Any] = field(default_factory=dict)
+    device: str = "auto"
+    kernel: str | None = None
+    resources: Resources = field(default_factory=Resources)
+    nightly: NightlyPolicy = field(default_factory=NightlyPolicy)
+    source: str = ""  # the file it came from, for messages
+
+    def __post_init__(self) -> None:
+        if not self.name or not set(self.name) <= _NAME_CHARS or self.name.startswith("."):
+            raise ConfigError(
+                f"plan name {self.name!r} must be letters, digits, '-', '_' or '.' (it names a folder in the store)."
+            )
+        for key in ("presets", "mixers", "suites", "seeds"):
+            values = getattr(self, key)
+            if not values:
+                raise ConfigError(f"plan {self.name}: '{key}' is empty; list at least one.")
+            if len(set(values)) != len(values):
+                raise ConfigError(f"plan {self.name}: '{key}' lists a value twice: {list(values)}.")
+        for seed in self.seeds:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise ConfigError(f"plan {self.name}: seeds must be integers >= 0, got {seed!r}.")
+        for what, configs, names in (
+            ("mixer_configs", self.mixer_configs, self.mixers), ("suites", self.suite_configs, self.suites),
+        ):
+            extra = sorted(set(configs) - set(names))
+            if extra:
+                raise ConfigError(
+                    f"plan {self.name}: {what} has config for {', '.join(extra)}, which the plan does not run."
+                )
+        if "seed" in self.train:
+            raise ConfigError(f"plan {self.name}: set seeds with 'seeds: [...]', not train.seed.")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"plan {self.name}: device must be auto, cpu or cuda, got {self.device!r}.")
+        extra = sorted(set(self.nightly.suites) - set(self.suites))
+        if extra:
+            raise ConfigError(
+                f"plan {self.name}: nightly.suites names {', '.join(extra)}, which the plan does not run."
+            )
+
+    @property
+    def jobs(self) -> int:
+        return len(self.presets) * len(self.mixers) * len(self.seeds)
+
+    def check(self) -> None:
+        """Validate names and every config value against the registries (each model built on ``meta``)."""
+        from harness.registry import MIXERS, SUITES
+        from harness.specs import make_run_spec
+
+        for suite in self.suites:
+            SUITES.get(suite).make_config(self.suite_configs.get(suite))
+        for mixer in self.mixers:
+            kernels = MIXERS.get(mixer).cls.kernels
+            if self.kernel is not None and self.kernel not in kernels:
+                raise ConfigError(
+                    f"plan {self.name}: kernel '{self.kernel}' is not one of mixer {mixer}'s ({', '.join(kernels)}); "
+                    "drop 'kernel' to let each mixer pick its fastest, or run the mixers in separate plans."
+                )
+        for preset in self.presets:
+            for mixer in self.mixers:
+                make_run_spec(mixer, preset, self.mixer_configs.get(mixer), self.backbone, self.train, self.data)
+
+    def requests(
+        self, device: str, force: bool = False, progress: bool = True, plugins: tuple[str, ...] = (),
+    ) -> list[GridRequest]:
+        """One :class:`GridRequest` per preset (the runner turns them into jobs)."""
+        return [
+            GridRequest(
+                preset=preset,
+                mixers=list(self.mixers),
+                suites=list(self.suites),
+                seeds=list(self.seeds),
+                mixer_configs={m: dict(c) for m, c in self.mixer_configs.items()},
+                backbone_overrides=dict(self.backbone),
+                train_overrides=dict(self.train),
+                data_overrides=dict(self.data),
+                suite_overrides={s: dict(c) for s, c in self.suite_configs.items()},
+                device=device,
+                kernel=self.kernel,
+                force=force,
+                progress=progress,
+                resources=self.resources,
+                plugins=tuple(plugins),
+            )
+            for preset in self.presets
+        ]
+
+    def covers(self, suite: str | None, mixer: str | None, preset: str | None, seed: Any) -> bool:
+        """Whether a run with these manifest fields belongs to this plan's grid."""
+        return (
+            suite in self.suites and mixer in self.mixers and preset in self.presets
+            and (seed is None or seed in self.seeds)
+        )
+
+
+def load_plan(path: str | Path, check: bool = True) -> Plan:
+    """Read and validate a plan file; every mistake is a :class:`ConfigError` naming the key and the fix."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise MixbenchError(f"plan file {path} does not exist; pass a YAML file (see harness/plan.py for its keys).")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"plan {path} is not valid YAML ({exc}); fix the syntax.") from None
+    plan = plan_from_dict(raw, default_name=path.stem, source=str(path))
+    if check:
+        plan.check()
+    return plan
+
+
+def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Plan:
+    where = source or "plan"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping of keys ({', '.join(PLAN_KEYS)}), got {type(raw).__name__}.")
+    _unknown(raw, PLAN_KEYS, where)
+    if "preset" in raw and "presets" in raw:
+        raise ConfigError(f"{where}: give 'preset' or 'presets', not both.")
+    presets = _names(raw.get("presets", raw.get("preset")), "presets", where)
+    mixers, mixer_configs = _names_with_configs(raw.get("mixers"), "mixers", where)
+    extra_configs = _mapping(raw.get("mixer_configs"), "mixer_configs", where)
+    for mixer, cfg in extra_configs.items():
+        if mixer_configs.get(mixer):
+            raise ConfigError(f"{where}: mixer {mixer} is configured both under 'mixers' and 'mixer_configs'.")
+        mixer_configs[mixer] = _mapping(cfg, f"mixer_configs.{mixer}", where)
+    suites, suite_configs = _names_with_configs(raw.get("suites"), "suites", where)
+    seeds = raw.get("seeds", [0])
+    seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if not isinstance(seeds, list):
+        raise ConfigError(f"{where}: seeds must be a list of integers, got {seeds!r}.")
+    resources = _mapping(raw.get("resources"), "resources", where)
+    _unknown(resources, [f.name for f in dataclasses.fields(Resources)], f"{where}: resources")
+    device = raw.get("device") or "auto"
+    kernel = raw.get("kernel")
+    if not isinstance(device, str) or (kernel is not None and not isinstance(kernel, str)):
+        raise ConfigError(f"{where}: device and kernel must be strings.")
+    return Plan(
+        name=str(raw.get("name") or default_name),
+        presets=tuple(presets),
+        mixers=tuple(mixers),
+        suites=tuple(suites),
+        seeds=tuple(seeds),
+        mixer_configs=mixer_configs,
+        suite_configs=suite_configs,
+        train=_mapping(raw.get("train"), "train", where),
+        data=_mapping(raw.get("data"), "data", where),
+        backbone=_mapping(raw.get("backbone"), "backbone", where),
+        device=device,
+        kernel=kernel,
+        resources=Resources(**resources),
+        nightly=_nightly(raw.get("nightly"), where),
+        source=source,
+    )
+
+
+def _unknown(raw: dict[str, Any], known: Any, where: str) -> None:
+    known = list(known)
+    for key in raw:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"{where}: unknown key '{key}'.{hint} Valid keys: {', '.join(known)}.")
+
+
+def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: '{key}' must be a mapping (key: value), got {value!r}.")
+    return {str(k): v for k, v in value.items()}
+
+
+def _names(value: Any, key: str, where: str) -> list[str]:
+    if value is None:
+        raise ConfigError(f"{where}: '{key}' is required.")
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+        raise ConfigError(f"{where}: '{key}' must be a name or a list of names, got {value!r}.")
+    return values
+
+
+def _names_with_configs(value: Any, key: str, where: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """``[a, b]`` or ``{a: {cfg}, b: null}`` -> names in order and their configs."""
+    if isinstance(value, dict):
+        return [str(k) for k in value], {str(k): _mapping(v, f"{key}.{k}", where) for k, v in value.items()}
+    return _names(value, key, where), {}
+
+
+def _nightly(value: Any, where: str) -> NightlyPolicy:
+    raw = _mapping(value, "nightly", where)
+    _unknown(raw, [*TOLERANCE_KEYS, "suites"], f"{where}: nightly")
+    default = Tolerance(**{k: raw[k] for k in TOLERANCE_KEYS if k in raw})
+    per_suite = {}
+    for suite, over in _mapping(raw.get("suites"), "nightly.suites", where).items():
+        over = _mapping(over, f"nightly.suites.{suite}", where)
+        _unknown(over, TOLERANCE_KEYS, f"{where}: nightly.suites.{suite}")
+        per_suite[suite] = dataclasses.replace(default, **over)
+    return NightlyPolicy(default, per_suite)

@@ -1,0 +1,250 @@
+"""Plan files and executors: validation, skip-what-exists, resume, and the same grid on a process pool and Ray."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.errors import ConfigError, MixbenchError
+from harness.executors import ProcessExecutor, RayExecutor, make_executor
+from harness.plan import Plan, Tolerance, load_plan
+from harness.results import ResultsStore
+from harness.runner import PhaseTimer, Resources, checkpoint_root, plan_jobs, run_requests
+from harness.training import train
+
+PLAN = """\
+name: {name}
+presets: [tiny]
+mixers: [protot, attention]
+seeds: [0]
+suites:
+  perplexity: {{max_windows: 16, bootstrap: 100, splits: [test]}}
+train: {{token_budget: 32768{train_extra}}}
+data: {{max_train_docs: 40}}
+resources: {{cpus: 1}}
+"""
+
+
+def write_plan(tmp_path: Path, name: str = "tiny-grid", train_extra: str = "", text: str | None = None) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text if text is not None else PLAN.format(name=name, train_extra=train_extra))
+    return path
+
+
+def perplexities(store: ResultsStore) -> dict[str, float]:
+    return {
+        run.manifest["mixer"]: next(m.value for m in run.metrics if m.name == "ppl")
+        for run in store.iter_runs(samples=False)
+    }
+
+
+@pytest.fixture(scope="module")
+def local_grid(tmp_path_factory):
+    """The plan run once through the CLI with the default (local) executor: the reference for the others."""
+    tmp = tmp_path_factory.mktemp("plan")
+    plan, store = write_plan(tmp), tmp / "store"
+    assert main(["run", str(plan), "--results", str(store), "--no-progress"]) == 0
+    return plan, store
+
+
+# ------------------------------------------------------------------------------------------------ validation
+
+
+def test_plan_loads_with_list_and_mapping_forms(tmp_path):
+    text = textwrap.dedent("""\
+        preset: tiny
+        mixers: {protot: {n_prototypes: 8}, attention: null}
+        seeds: 3
+        suites: [perplexity]
+        resources: {cpus: 2, gpus: 0.5}
+        nightly: {rel_tolerance: 0.05, suites: {perplexity: {ci_scale: 2}}}
+        """)
+    plan = load_plan(write_plan(tmp_path, "forms", text=text))
+    assert plan.name == "forms" and plan.presets == ("tiny",) and plan.seeds == (3,)
+    assert plan.mixers == ("protot", "attention")
+    assert plan.mixer_configs == {"protot": {"n_prototypes": 8}, "attention": {}}
+    assert plan.resources == Resources(2.0, 0.5)
+    assert plan.nightly.for_suite("perplexity") == Tolerance(0.05, 0.0, 2.0)
+    reqs = plan.requests("cpu")
+    assert len(reqs) == 1 and reqs[0].mixer_configs["protot"] == {"n_prototypes": 8} and reqs[0].seeds == [3]
+
+
+def test_the_shipped_example_plan_is_valid():
+    from harness.registry import MIXERS, SUITES
+
+    # check=False skips building mamba / deltanet on the meta device (their kernel imports take ~15 s here)
+    plan = load_plan(Path(__file__).resolve().parents[1] / "plans" / "nightly-tiny.yaml", check=False)
+    assert plan.name == "nightly-tiny" and plan.jobs == 8
+    for mixer in plan.mixers:
+        MIXERS.get(mixer)
+    for suite in plan.suites:
+        SUITES.get(suite).make_config(plan.suite_configs.get(suite))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("presets: [tiny]\nmixer: [protot]\nsuites: [perplexity]\n", "unknown key 'mixer'. Did you mean 'mixers'?"),
+        ("presets: [tiny]\nmixers: [protott]\nsuites: [perplexity]\n", "Did you mean 'protot'?"),
+        ("presets: [huge]\nmixers: [protot]\nsuites: [perplexity]\n", "unknown preset 'huge'"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: {perplexity: {windows: 3}}\n", "unknown config field(s) windows"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nseeds: [0, 0]\n", "lists a value twice"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\ntrain: {seed: 1}\n", "set seeds with 'seeds"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\ntrain: {lr: -1}\n", "lr must be positive"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nresources: {cpus: 0}\n", "cpus must be > 0"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nresources: {gpus: 2}\n", "under torchrun"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nresources: {cores: 2}\n", "unknown key 'cores'"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nmixer_configs: {mamba: {}}\n", "does not run"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nnightly: {rel_tolerance: -1}\n", ">= 0"),
+        ("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\nkernel: nope\n", "kernel 'nope' is not one of"),
+        ("presets: [tiny]\nsuites: [perplexity]\n", "'mixers' is required"),
+        ("presets: [tiny\n", "not valid YAML"),
+        ("- a list\n", "must be a mapping"),
+    ],
+)
+def test_plan_mistakes_are_named_before_any_work(tmp_path, text, message):
+    with pytest.raises(MixbenchError) as info:
+        load_plan(write_plan(tmp_path, "bad", text=text))
+    assert message in str(info.value)
+
+
+def test_missing_plan_file_and_grid_flags_beside_a_plan_are_user_errors(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml"), "--results", str(tmp_path / "s")]) == 2
+    assert "plan file" in capsys.readouterr().err
+    plan = write_plan(tmp_path)
+    assert main(["run", str(plan), "--mixers", "protot", "--lr", "0.1", "--results", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "--lr, --mixers cannot be combined with a plan file" in err
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+def test_executor_options_must_match_the_executor():
+    with pytest.raises(ConfigError, match="need --executor ray"):
+        make_executor("local", address="auto")
+    with pytest.raises(ConfigError, match="needs --executor process"):
+        make_executor("ray", workers=2)
+    with pytest.raises(ConfigError, match="only apply to a local cluster"):
+        RayExecutor(address="auto", num_cpus=2)
+
+
+# ------------------------------------------------------------------------------------------- skip and resume
+
+
+def test_second_run_of_a_plan_trains_and_scores_nothing(local_grid, capsys):
+    plan, store_dir = local_grid
+    store = ResultsStore(store_dir)
+    before = {r.run_id: r.manifest["written_at"] for r in store.iter_runs(samples=False)}
+    ckpt_mtimes = {p: p.stat().st_mtime_ns for p in (store_dir / "checkpoints").rglob("*") if p.is_file()}
+    assert len(before) == 2 and len(ckpt_mtimes) > 0
+    t0 = time.perf_counter()
+    assert main(["run", str(plan), "--results", str(store_dir), "--no-progress"]) == 0
+    seconds = time.perf_counter() - t0
+    out = capsys.readouterr().out
+    assert "2 job(s): 2 already complete, 0 model(s) trained, 0 run(s) written, 0 failed" in out
+    assert {r.run_id: r.manifest["written_at"] for r in store.iter_runs(samples=False)} == before
+    assert {p: p.stat().st_mtime_ns for p in (store_dir / "checkpoints").rglob("*") if p.is_file()} == ckpt_mtimes
+    print(f"second run of the plan: {seconds:.2f} s")
+
+
+def test_driver_predicts_the_run_ids_evaluate_writes(local_grid):
+    plan_path, store_dir = local_grid
+    store = ResultsStore(store_dir)
+    jobs = plan_jobs(load_plan(plan_path).requests("cpu", progress=False), store, PhaseTimer(echo=False))
+    predicted = {rid for job in jobs for rid in job.expected.values()}
+    assert predicted == {r.run_id for r in store.iter_runs(samples=False)}
+
+
+def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path):
+    plan = load_plan(write_plan(tmp_path, "resume", train_extra=", checkpoint_every: 8"))
+    plan = Plan(**{**plan.__dict__, "mixers": ("protot",)})
+    store = ResultsStore(tmp_path / "store")
+    reqs = plan.requests("cpu", progress=False)
+    (job,) = plan_jobs(reqs, store, PhaseTimer(echo=False))
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_20(step: int, loss: float) -> None:
+        if step == 20:
+            raise Killed
+
+    from harness.runner import corpus_for
+
+    corpus = corpus_for(job.spec.data, False)
+    with pytest.raises(Killed):  # stands in for a SIGKILL (tested in test_training): snapshot at 16 is kept
+        train(job.spec, checkpoint_root(store) / job.spec.train_id, corpus, progress=False, on_step=kill_at_20)
+    report = run_requests(reqs, store)
+    (outcome,) = report.outcomes
+    assert outcome.trained and "resumed at step 16" in outcome.phases[0][0]
+    uninterrupted = train(job.spec, tmp_path / "fresh", corpus, progress=False)
+    resumed = train(job.spec, checkpoint_root(store) / job.spec.train_id, corpus, progress=False)
+    assert resumed.skipped and resumed.final_loss == uninterrupted.final_loss  # bit-for-bit on one machine
+
+
+def test_memory_store_needs_the_local_executor():
+    plan = Plan("m", ("tiny",), ("protot",), ("perplexity",), data={"max_train_docs": 40},
+                train={"token_budget": 32768})
+    store = ResultsStore(f"memory://plan-{uuid.uuid4().hex}")
+    with pytest.raises(MixbenchError, match="use --executor local"):
+        run_requests(plan.requests("cpu", progress=False), store, ProcessExecutor(1))
+
+
+# ------------------------------------------------------------------------------------------------ executors
+
+
+def _same_scores(store: ResultsStore, reference: ResultsStore) -> None:
+    got, want = perplexities(store), perplexities(reference)
+    assert got.keys() == want.keys() == {"protot", "attention"}
+    for mixer in want:  # the same training; only the thread count may differ (1 thread per job there)
+        assert math.isclose(got[mixer], want[mixer], rel_tol=1e-3), (mixer, got[mixer], want[mixer])
+    assert {r.run_id for r in store.iter_runs(samples=False)} == {r.run_id for r in reference.iter_runs(samples=False)}
+
+
+def test_process_pool_runs_the_grid(local_grid, tmp_path):
+    plan_path, ref = local_grid
+    store = ResultsStore(tmp_path / "store")
+    with ProcessExecutor(workers=2) as pool:
+        report = run_requests(load_plan(plan_path).requests("cpu", progress=False), store, pool)
+    assert (report.jobs, report.trained, report.written, report.failures) == (2, 2, 2, [])
+    _same_scores(store, ResultsStore(ref))
+
+
+def test_local_ray_cluster_runs_the_grid(local_grid, tmp_path):
+    plan_path, ref = local_grid
+    plan = load_plan(plan_path)
+    store = ResultsStore(tmp_path / "store")
+    t0 = time.perf_counter()
+    with RayExecutor(num_cpus=2, object_store_memory=100 * 1024**2, log_to_driver=False) as ray_exec:
+        report = run_requests(plan.requests("cpu", progress=False), store, ray_exec)
+        seconds = time.perf_counter() - t0
+        assert (report.jobs, report.trained, report.written, report.failures) == (2, 2, 2, [])
+        again = run_requests(plan.requests("cpu", progress=False), store, ray_exec)
+        assert (again.skipped, again.trained, again.written) == (2, 0, 0)
+        too_big = Plan(**{**plan.__dict__, "resources": Resources(cpus=3)})
+        with pytest.raises(ConfigError, match="asks for 3 CPU"):
+            run_requests(too_big.requests("cpu", force=True, progress=False), store, ray_exec)
+    import ray
+
+    assert not ray.is_initialized()  # the cluster mixbench started is gone
+    _same_scores(store, ResultsStore(ref))
+    print(f"Ray grid (2 jobs, cluster start included): {seconds:.1f} s")
+
+
+def test_failed_jobs_stop_the_grid_or_are_listed_with_keep_going(tmp_path, capsys):
+    text = PLAN.format(name="diverge", train_extra=", lr: 1.0e+12").replace("[protot, attention]", "[attention]")
+    plan = write_plan(tmp_path, "diverge", text=text.replace("seeds: [0]", "seeds: [0, 1]"))
+    store = tmp_path / "store"
+    assert main(["run", str(plan), "--results", str(store), "--no-progress"]) == 2  # fail fast: a user error
+    err = capsys.readouterr().err
+    assert "lower the learning rate" in err
+    assert len(list((store / "checkpoints").iterdir())) == 1  # the second job never started
+    assert main(["run", str(plan), "--results", str(store), "--no-progress", "--keep-going"]) == 1
+    out = capsys.readouterr().out
+    assert "2 job(s): 0 already complete, 0 model(s) trained, 0 run(s) written, 2 failed" in out
+    assert out.count("FAILED attention / tiny / seed") == 2 and "lower the learning rate" in out

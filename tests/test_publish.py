@@ -1,0 +1,393 @@
+"""The published site: its files, its escaping, and the site itself in headless Chromium.
+
+The store is written through ``ResultsStore.write_run`` with real ``SuiteResult``s shaped like each suite's
+output (perplexity, glue with majority rates, throughput with plots, judge generations and judged pairs,
+robustness pairs, interpretability unit cards). Model text carries script payloads: if any of them ran in the
+browser, it would change ``document.title``, which the tests read back from the live DOM.
+
+The browser tests need Debian's ``chromium`` (``make test-deps`` installs it); they fail rather than skip
+without it, so a machine missing it cannot pass the acceptance silently. Screenshots are saved under
+``$MIXBENCH_TEST_ARTIFACTS`` (default ``test-artifacts/``) in ``publish/`` and their paths printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.errors import MixbenchError
+from harness.provenance import provenance
+from harness.publish import CSP, MARKER, publish_site, script_json
+from harness.results import ResultsStore, run_id
+from harness.suite import Metric, SuiteResult
+
+ALERT = "<script>alert(1)</script>"
+TITLE_PAYLOAD = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+EVIL_GENERATION = f"The cat sat {ALERT} and then {TITLE_PAYLOAD} </div></pre>"
+EVIL_MIXER = "x</script><script>document.title='pwned'</script>"
+MIXERS = ("protot", "attention", "mamba", "deltanet")
+PARAMS = {"protot": 2000, "attention": 1500, "mamba": 1800, "deltanet": 1200}  # EVIL_MIXER: none
+ARTIFACTS = Path(os.environ.get("MIXBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
+
+
+# ---------------------------------------------------------------------------------------------- the store
+
+
+def _write(store, mixer, suite, result, seed=0, preset="tiny", **manifest):
+    manifest = {"suite": suite, "mixer": mixer, "preset": preset, "seed": seed, "kind": "eval", **manifest}
+    rid = run_id({**manifest, "t": time.monotonic_ns()})
+    store.write_run(rid, manifest, result)
+    return rid
+
+
+def _png(path: Path, label: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([1, 2, 3], [3, 1, 2])
+    ax.set_title(label, parse_math=False)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _judged_samples(outputs: dict[str, str]) -> dict[str, dict]:
+    """The judge suite's own sample records (``suites.judge.records._sample``) of one comparison of two mixers, in
+    which the judge preferred protot in both orders; keyed by the mixer whose rating run holds it."""
+    from suites.judge.protocol import Comparison, Outcome
+    from suites.judge.records import _sample
+
+    left, right = sorted(outputs)
+    cmp_ = Comparison("d1@0", "Prompt d1@0 <b>bold?</b>", left, right, outputs[left], outputs[right], True)
+    protot_as = "A" if left == "protot" else "B"
+    outcome = Outcome(cmp_, protot_as, "B" if protot_as == "A" else "A")
+    replies = {(id(cmp_), True): f"{protot_as} {ALERT}", (id(cmp_), False): "reply <i>B</i>"}
+    return {m: _sample(m, outcome, replies) for m in (left, right)}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> ResultsStore:
+    root = tmp_path_factory.mktemp("store")
+    scratch = tmp_path_factory.mktemp("plots")
+    store = ResultsStore(root)
+    prov = provenance()
+    speeds = {"protot": 9000.0, "attention": 4000.0, "mamba": 7000.0, "deltanet": 8000.0}
+    ppl = {"protot": 30.0, "attention": 28.0, "mamba": 31.0, "deltanet": 29.0}
+    for mixer in MIXERS:
+        model = {"parameters": PARAMS[mixer], "state_floats": PARAMS[mixer] // 10, "train_flops": 1e12,
+                 "train_tokens_per_s": speeds[mixer] / 3, "kernel": "chunked", "device": "cpu", "dtype": "float32",
+                 "provenance": prov}  # fmt: skip
+        seeds = (0, 1) if mixer == "protot" else (0,)
+        for seed in seeds:
+            prov_seed = prov if seed == 0 else {**prov, "packages": {**prov["packages"], "torch": "9.9.9"}}
+            _write(store, mixer, "perplexity", SuiteResult([Metric("ppl", ppl[mixer] + seed, False, ppl[mixer] - 1 + seed,
+                   ppl[mixer] + 1 + seed, 5000, "perplexity")]), seed=seed, headline=["ppl"],
+                   **{**model, "provenance": prov_seed})  # fmt: skip
+        svg = scratch / f"{mixer}.svg"
+        svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20"><script>parent.document.title='
+                       '"pwned"</script><rect width="60" height="20" fill="#39c"/></svg>')
+        _write(store, mixer, "throughput", SuiteResult(
+            [Metric("prefill_tok_s", speeds[mixer], True, speeds[mixer] * 0.9, speeds[mixer] * 1.1, 4, "tokens/s")],
+            plots=[_png(scratch / "time_vs_length.png", mixer), svg]), headline=["prefill_tok_s"], **model)
+    _write(store, EVIL_MIXER, "perplexity", SuiteResult([Metric("ppl", 40.0, False)]), headline=["ppl"])
+    for mixer, (acc, mcc) in {"protot": (80.0, 20.0), "attention": (85.0, 30.0), "mamba": (60.0, -5.0)}.items():
+        metrics = [Metric("sst2/acc", acc, True, acc - 5, acc + 5, 872, "x100"),
+                   Metric("sst2/majority_acc", 50.0, True, n=872, unit="x100"),
+                   Metric("cola/mcc", mcc, True, n=1043, unit="x100")]  # fmt: skip
+        _write(store, mixer, "glue", SuiteResult(metrics), headline=["sst2/acc", "cola/mcc"], parameters=PARAMS[mixer])
+    # judge: generations of every mixer, then judged pairs of protot and attention
+    for mixer in (*MIXERS, EVIL_MIXER):
+        output = EVIL_GENERATION if mixer == "mamba" else f"{mixer} continues the text."
+        samples = [{"prompt_id": "d1@0", "prompt": "Once upon a time", "output": output, "output_tokens": 7,
+                    "finished": True}]  # fmt: skip
+        _write(store, mixer, "judge", SuiteResult([Metric("gen_tokens", 7.0, True, n=1)], samples=samples),
+               headline=[], suite_info={"generation_key": "g1"}, parameters=PARAMS.get(mixer))
+    pool = {"protot": "r1", "attention": "r2"}
+    judged = _judged_samples({"protot": EVIL_GENERATION, "attention": "plain text"})
+    assert judged["protot"]["outcome"] == "win" and judged["attention"]["outcome"] == "loss"
+    for mixer, elo in (("protot", 1010.0), ("attention", 990.0)):
+        _write(store, mixer, "judge", SuiteResult(
+            [Metric("elo", elo, True, elo - 20, elo + 20, 1, "Elo")], samples=[judged[mixer]]),
+            kind="judge-rating", headline=["elo"], pool=pool, judge={"id": f"local {ALERT}"}, parameters=PARAMS[mixer])
+    robust = [{"slice": "typo", "kind": "robustness", "id": "p1", "original": "The quick brown fox.",
+               "perturbed": f"The quikc brown fox {ALERT}", "edits": [{"start": 4, "old": "quick", "new": "quikc"}],
+               "jsd_final": 0.0123, "top1": 1.0, "spearman": 0.9, "dppl": 0.01}]  # fmt: skip
+    _write(store, "protot", "robustness", SuiteResult([Metric("jsd_final/mean", 0.0123, False, unit="bits")],
+           samples=robust), headline=["jsd_final/mean"], parameters=PARAMS["protot"])  # fmt: skip
+    # a unit-card page in the shape suites/interpretability/cards.py writes, plus a script it must never run
+    cards = scratch / "unit_cards.html"
+    cards.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>Unit cards: protot</title></head><body>"
+        f"<h1>Unit cards: protot</h1><div class='cards'><div class='card'><h3>L0 P3</h3>"
+        f"<div class='ctx'>{html.escape(ALERT)}<mark>fox</mark></div></div></div>"
+        "<script>document.title='pwned'</script></body></html>"
+    )
+    _write(store, "protot", "interpretability", SuiteResult([Metric("coherence", 0.5, True)], plots=[cards]),
+           headline=["coherence"], parameters=PARAMS["protot"])
+    return store
+
+
+@pytest.fixture(scope="module")
+def site(store, tmp_path_factory) -> Path:
+    return publish_site(store, tmp_path_factory.mktemp("pub") / "site")
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def test_script_json_cannot_close_its_element():
+    data = {"name": "</script><script>alert(1)</script><!-- \u2028 & >", "n": [1, None]}
+    text = script_json(data)
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == data
+
+
+def test_site_layout_downloads_and_provenance(site, store):
+    assert site.name == "site" and (site / MARKER).is_file()
+    for rel in ("index.html", "assets/site.css", "assets/site.js", "pareto.png", "board.csv", "board.json",
+                "leaderboard.csv", "leaderboard.json", "leaderboard.md"):  # fmt: skip
+        assert (site / rel).is_file(), rel
+    suites = {p.name.rsplit("-", 1)[0] for p in (site / "suites").glob("*.html")}
+    assert suites == {"glue", "interpretability", "judge", "perplexity", "robustness", "throughput"}
+    runs = list(store.iter_runs(samples=False))
+    assert len(list((site / "runs").glob("*.html"))) == len(runs) == len(list((site / "runs").glob("*.json")))
+    assert len(list((site / "rows").glob("*.html"))) == 5
+
+    board = list(csv.DictReader(io.StringIO((site / "board.csv").read_text())))
+    assert {r["mixer"] for r in board} == {*MIXERS, EVIL_MIXER}
+    by_mixer = {r["mixer"]: r for r in board}
+    # glue normalised against the stored majority rate 50: protot (80-50)/50*100 = 60, mamba's 60 -> 20
+    assert float(by_mixer["protot"]["glue/sst2/acc (norm)"]) == pytest.approx(60.0)
+    assert float(by_mixer["mamba"]["glue/sst2/acc (norm)"]) == pytest.approx(20.0)
+    assert float(by_mixer["mamba"]["glue/cola/mcc (norm)"]) == 0.0
+    assert by_mixer["deltanet"]["glue/sst2/acc (norm)"] == ""  # missing stays missing in the download
+    data = json.loads((site / "board.json").read_text())
+    assert {r["mixer"] for r in data} == {*MIXERS, EVIL_MIXER}
+    full = json.loads((site / "leaderboard.json").read_text())
+    assert any("glue/sst2/majority_acc" in r for r in full)  # every metric, baselines included
+
+    # provenance per row: protot's two perplexity runs differ in torch's version, and the row page says so
+    protot_row = next(p for p in (site / "rows").glob("protot-*.html"))
+    text = protot_row.read_text()
+    assert "Differs between runs (highlighted): torch" in text and "9.9.9" in text
+    assert text.count('class="text differs"') == 3  # torch of both perplexity runs and the throughput run
+    # model fields come from the newest run that has them (the judge and glue runs carry fewer fields)
+    assert "<th class=\"text\">training FLOPs</th><td class=\"text\">1000000000000.0</td>" in text
+    index = (site / "index.html").read_text()
+    assert index.count('<span class="flag" title="runs of this row differ in torch">') == 1  # protot's row only
+    attention_row = next(p for p in (site / "rows").glob("attention-*.html")).read_text()
+    assert "All runs agree on code, packages, device and kernel." in attention_row
+    assert html.escape(provenance()["python"]) in attention_row
+
+
+def test_every_page_escapes_model_text_and_loads_nothing_from_outside(site):
+    pages = list(site.rglob("*.html"))
+    ours = [p for p in pages if "plots" not in p.parts]
+    assert len(ours) > 10
+    for page in ours:
+        text = page.read_text()
+        assert f'<meta http-equiv="Content-Security-Policy" content="{html.escape(CSP)}">' in text, page
+        assert ALERT not in text and TITLE_PAYLOAD not in text and EVIL_MIXER not in text, page
+        scripts = re.findall(r"<script\b[^>]*>", text)
+        assert all('src="' in s and s.endswith('assets/site.js">') or 'type="application/json"' in s for s in scripts)
+        assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:[a-z]+:)?//""", text, re.IGNORECASE), page  # nothing remote
+        assert not re.search(r"<[^>]*\son\w+\s*=", text), page  # no event-handler attribute in any tag
+    judge = next((site / "suites").glob("judge-*.html")).read_text()
+    assert html.escape(EVIL_GENERATION) in judge  # the generation, shown as text
+    assert judge.count(html.escape(ALERT)) >= 4  # in pairs, replies, judge id and the generations list
+    assert ": 1 of 1 pairs</h3>" in judge  # the comparison is in both mixers' rating runs and shown once
+    assert "outcome for attention: <b>loss</b>" in judge and "verdict B" in judge
+    index = (site / "index.html").read_text()
+    island = re.search(r'<script type="application/json" id="board-data">(.*?)</script>', index, re.DOTALL).group(1)
+    assert EVIL_MIXER in {r["mixer"] for r in json.loads(island)}
+    card = next((site / "plots").rglob("unit_cards.html")).read_text()
+    assert card.startswith('<!doctype html><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
+                           "content=\"default-src 'none'")  # its own script is blocked wherever it is opened
+    robustness = next((site / "suites").glob("robustness-*.html")).read_text()
+    assert html.escape(f"The quikc brown fox {ALERT}") in robustness
+
+
+def test_publish_replaces_its_own_site_and_refuses_other_folders(store, tmp_path):
+    out = tmp_path / "site"
+    publish_site(store, out)
+    stale = out / "runs" / "stale.html"
+    stale.write_text("old")
+    assert publish_site(store, out) == out
+    assert not stale.exists() and (out / "index.html").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+    foreign = tmp_path / "docs"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    with pytest.raises(MixbenchError, match="not a mixbench site"):
+        publish_site(store, foreign)
+    assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def test_empty_store_publishes_a_site_that_says_so(tmp_path):
+    out = publish_site(ResultsStore(tmp_path / "empty"), tmp_path / "site")
+    assert "no results in" in (out / "index.html").read_text()
+
+
+def test_cli_publish(store, tmp_path, capsys):
+    out = tmp_path / "cli-site"
+    assert main(["publish", "--results", store.root, "--out", str(out)]) == 0
+    assert f"site written to {out}" in capsys.readouterr().out
+    assert (out / "index.html").is_file()
+    (tmp_path / "file").write_text("x")
+    assert main(["publish", "--results", store.root, "--out", str(tmp_path / "file")]) == 2
+    assert "not a mixbench site" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- the browser
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed; `make test-deps` installs it (apt-get install -y chromium)")
+    return exe
+
+
+def _browse(url: str, profile: Path, *flags: str) -> subprocess.CompletedProcess:
+    """Headless Chromium with no network (every host name fails to resolve) and a fresh profile."""
+    cmd = [
+        _chromium(), "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
+        "--disable-extensions", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--mute-audio", "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={profile}", "--virtual-time-budget=5000", *flags, url,
+    ]  # fmt: skip
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.insert(1, "--no-sandbox")  # Chromium's sandbox refuses to run as root (CI runs as root)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+class _Dom(HTMLParser):
+    """What the tests read from Chromium's serialised DOM: title, scripts, and the board's mixers in row order."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.title, self.scripts, self.board_rows, self.sorted = "", [], [], None
+        self._in_title = self._in_board = self._in_row = self._in_link = False
+        self._cell = -1
+        self._first = ""
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "title":
+            self._in_title = True
+        elif tag == "script":
+            self.scripts.append(a)
+        elif tag == "table" and a.get("id") == "board":
+            self._in_board, self.sorted = True, a.get("data-sorted")
+        elif self._in_board and tag == "tr":
+            self._in_row, self._cell, self._first = True, -1, ""
+        elif self._in_row and tag == "td":
+            self._cell += 1
+        elif self._in_row and tag == "a":
+            self._in_link = True
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self._in_title = False
+        elif tag == "a":
+            self._in_link = False
+        elif tag == "table" and self._in_board:
+            self._in_board = False
+        elif tag == "tr" and self._in_row:
+            self._in_row = False
+            if self._cell >= 0:
+                self.board_rows.append(self._first)
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        if self._in_row and self._cell == 0 and self._in_link:  # the mixer's name (its link), not the flag
+            self._first += data
+
+
+def _dom(url: str, profile: Path) -> tuple[_Dom, str]:
+    text = _browse(url, profile, "--dump-dom").stdout
+    assert "</html>" in text, "Chromium printed no DOM"
+    return _Dom(text), text
+
+
+def _only_our_scripts(dom: _Dom) -> None:
+    for attrs in dom.scripts:
+        assert attrs.get("type") == "application/json" or str(attrs.get("src", "")).endswith("assets/site.js"), attrs
+
+
+def test_site_in_headless_chromium(site, tmp_path):
+    profile = tmp_path / "profile"
+    index = (site / "index.html").as_uri()
+
+    dom, _ = _dom(index, profile)
+    assert dom.title == "mixbench leaderboard"  # no payload in a mixer name changed it
+    _only_our_scripts(dom)
+    assert sorted(dom.board_rows) == sorted([*MIXERS, EVIL_MIXER])  # the table shows every mixer, names as text
+    assert dom.board_rows == sorted([*MIXERS, EVIL_MIXER])  # server order: preset, then mixer
+
+    # sorting runs in the browser (site.js): by parameters, both ways; the row without parameters stays last
+    by_params = sorted(MIXERS, key=PARAMS.get)
+    dom, _ = _dom(index + "#sort=params:desc", profile)
+    assert dom.sorted == "params:desc" and dom.board_rows == [*reversed(by_params), EVIL_MIXER]
+    dom, _ = _dom(index + "#sort=params:asc", profile)
+    assert dom.sorted == "params:asc" and dom.board_rows == [*by_params, EVIL_MIXER]
+    dom, _ = _dom(index + "#sort=mixer:desc", profile)
+    assert dom.board_rows == sorted([*MIXERS, EVIL_MIXER], key=str.lower, reverse=True)
+
+    judge = next((site / "suites").glob("judge-*.html"))
+    dom, text = _dom(judge.as_uri(), profile)
+    assert dom.title == "mixbench · judge"  # neither <script> nor onerror in the generation ran
+    _only_our_scripts(dom)
+    assert html.escape(ALERT, quote=False) in text  # the live DOM holds the payload as text
+    assert "<script>alert(1)</script>" not in text  # no such element in the DOM, only its text
+    assert not re.search(r"<img[^>]*onerror", text)
+
+    card = next((site / "plots").rglob("unit_cards.html"))
+    dom, text = _dom(card.as_uri(), profile)
+    assert dom.title == "Unit cards: protot"  # the card's own script is blocked by the prepended CSP
+    assert html.escape(ALERT, quote=False) in text
+
+    ARTIFACTS.joinpath("publish").mkdir(parents=True, exist_ok=True)
+    for name, url in (("index", index), ("judge", judge.as_uri())):
+        shot = ARTIFACTS / "publish" / f"{name}.png"
+        shot.unlink(missing_ok=True)
+        _browse(url, profile, f"--screenshot={shot}", "--window-size=1400,1000", "--hide-scrollbars")
+        from PIL import Image
+
+        with Image.open(shot) as img:
+            assert img.size == (1400, 1000)
+            rgb = img.convert("RGB")
+            assert rgb.getpixel((5, 5)) == (0x23, 0x39, 0x5D)  # the header's colour: the stylesheet loaded
+            assert len(rgb.getcolors(1 << 20) or []) > 50  # text and a table were drawn, not a blank page
+        print(f"screenshot: {shot}")
+
+
+def test_publish_from_an_fsspec_store(tmp_path):
+    """A store behind fsspec (memory://) publishes the same way: everything is read through the store's API."""
+    store = ResultsStore(f"memory://publish-{time.monotonic_ns()}")
+    plot = _png(tmp_path / "curve.png", "curve")
+    for mixer, ppl in (("protot", 30.0), ("attention", 28.0)):
+        _write(store, mixer, "perplexity", SuiteResult([Metric("ppl", ppl, False)], plots=[plot]), headline=["ppl"])
+    out = publish_site(store, tmp_path / "site")
+    board = list(csv.DictReader(io.StringIO((out / "board.csv").read_text())))
+    assert {r["mixer"]: float(r["perplexity/ppl"]) for r in board} == {"protot": 30.0, "attention": 28.0}
+    assert len(list((out / "plots").rglob("curve.png"))) == 2
