@@ -13,8 +13,7 @@ from pathlib import Path
 
 from harness.errors import MixbenchError
 
-QUICKSTART_MIXERS = ["protot", "attention"]
-QUICKSTART_SUITES = ["perplexity"]
+from harness.quickstart import QUICKSTART_MIXERS, QUICKSTART_SUITES
 
 
 def _common(results: bool = True) -> argparse.ArgumentParser:
@@ -336,7 +335,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.leaderboard import leaderboard_text
 
-    code = _run_grid(args, QUICKSTART_MIXERS, QUICKSTART_SUITES, [0])
+    from harness.quickstart import quickstart_suite_configs
+
+    code = _run_grid(args, list(QUICKSTART_MIXERS), list(QUICKSTART_SUITES), [0], quickstart_suite_configs())
     print()
     print(leaderboard_text(args.results, "md", None, False))
     return code
