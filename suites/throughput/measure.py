@@ -7,13 +7,15 @@ additionally replayed from a CUDA graph when the mixer's step can be captured (f
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after a reset; on Linux CPUs the process's peak
 resident set (VmHWM, reset through /proc/self/clear_refs) minus the resident set before the point, so it is the
-extra memory the point needed. An allocation failure (CPU or CUDA) is caught and the point recorded as
+extra memory the point needed (freed heap pages are handed back first, see :func:`_release_free_memory`). An allocation failure (CPU or CUDA) is caught and the point recorded as
 ``oom``; ``MemoryCap`` lowers the address-space limit so tests can force that on purpose.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import resource
 import statistics
 import time
@@ -107,6 +109,17 @@ def MemoryCap(extra_bytes: int | None) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+def _release_free_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``) so the resident set before a point holds only
+    live data. Without it, memory an earlier point (or the warm-up) freed is reused without raising the resident
+    set, and a point's peak reads as 0."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the peak is then a lower bound
+        pass
+
+
 class PeakMemory:
     """Extra memory a block of work needed at its peak (bytes), or None where it cannot be measured."""
 
@@ -120,6 +133,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
         else:
+            _release_free_memory()
             try:
                 Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
                 self._base = _proc_status("VmRSS")

@@ -40,7 +40,8 @@ def plot_tables(out_dir: Path, label: str, tables: dict, reference: str, referen
     ax.set_xlabel("context length T")
     ax.set_ylabel("peak extra memory (MiB)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no point with a measured peak (e.g. all OOM): no legend
+        ax.legend(fontsize=7)
     fig.tight_layout()
     files.append(out_dir / "memory_vs_length.png")
     fig.savefig(files[1], dpi=110)
