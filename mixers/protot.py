@@ -204,11 +204,12 @@ class ProtoT(Mixer):
         if mode in ("write-mask", "read-mask"):
             mask = torch.zeros(R, dtype=torch.bool, device=self.prototypes.device)
             mask[ids] = True
-            if mask.all():
-                raise ConfigError("protot: masking every prototype leaves nothing to renormalise over.")
             attr = "_write_mask" if mode == "write-mask" else "_read_mask"
             previous = getattr(self, attr)
-            setattr(self, attr, mask if previous is None else previous | mask)
+            combined = mask if previous is None else previous | mask  # nested interventions add up
+            if combined.all():  # the softmax over no prototype at all would be NaN
+                raise ConfigError("protot: masking every prototype leaves nothing to renormalise over.")
+            setattr(self, attr, combined)
             try:
                 yield
             finally:

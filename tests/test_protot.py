@@ -188,6 +188,18 @@ def test_write_and_read_masks_renormalise_the_gates():
     assert torch.all(rec.get(2, "read_gate")[..., 0] > 0)  # restored
 
 
+def test_nested_masks_that_cover_every_prototype_are_refused_and_leave_the_outer_mask():
+    layer = make_layer(2, d=16, R=4)
+    with layer.intervene([0, 1], "write-mask"):
+        with pytest.raises(ConfigError, match="every prototype"):
+            with layer.intervene([2, 3], "write-mask"):
+                pass
+        assert layer._write_mask.tolist() == [True, True, False, False]
+        y, _ = layer(torch.randn(1, 5, 16))
+        assert torch.isfinite(y).all()
+    assert layer._write_mask is None
+
+
 def test_reinit_is_seeded_and_restored():
     layer = make_layer(2)
     before = layer.prototypes.detach().clone()
