@@ -146,9 +146,10 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "quick",
             dict(d_model=128, n_layers=4, context=256),
-            # 786k tokens (192 steps): the four quickstart mixers train in ~7 min on 2 cores, which leaves room for
-            # every suite within the quickstart's 20-minute budget (1M tokens left ~1 min of slack).
-            dict(token_budget=786_432, batch_size=16, lr=3e-3, eval_every=64, checkpoint_every=64),
+            # 655k tokens (160 steps): the four quickstart mixers train in ~7.5 min on 2 cores (Mamba's CPU path
+            # is the slowest, ~3.8k tokens/s), which leaves every suite and a cold install within the
+            # quickstart's 20-minute budget (at 786k a warm run took 16.8 min, too close once downloads count).
+            dict(token_budget=655_360, batch_size=16, lr=3e-3, eval_every=64, checkpoint_every=64),
             vocab_size=4096,
             description="the embedded default on a 2-core CPU",
         ),
