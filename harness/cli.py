@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import MixbenchError
-
+from harness.plan_commands import add_executor_args, add_nightly_parser
 from harness.quickstart import QUICKSTART_MIXERS, QUICKSTART_SUITES
 
 
@@ -75,8 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suites", default="perplexity", help="comma-separated suite names (default: perplexity)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     _training_args(p)
-    from harness.plan_commands import add_executor_args, add_nightly_parser
-
     p.add_argument("plan", nargs="?", default=None, help="a plan file (YAML) instead of the grid options")
     p.add_argument("--keep-going", action="store_true", help="run the other jobs when one fails (exit 1 at the end)")
     add_executor_args(p)
@@ -323,6 +321,12 @@ def cmd_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from harness.plan_commands import cmd_nightly as run_nightly
+
+    return run_nightly(args)
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     from harness.publish import publish_site
     from harness.results import ResultsStore
@@ -334,7 +338,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.leaderboard import leaderboard_text
-
     from harness.quickstart import quickstart_suite_configs
 
     code = _run_grid(args, list(QUICKSTART_MIXERS), list(QUICKSTART_SUITES), [0], quickstart_suite_configs())
@@ -354,7 +357,7 @@ COMMANDS = {
     "judge": cmd_judge,
     "publish": cmd_publish,
     "quickstart": cmd_quickstart,
-    "nightly": lambda args: __import__("harness.plan_commands", fromlist=["cmd_nightly"]).cmd_nightly(args),
+    "nightly": cmd_nightly,
 }
 
 
