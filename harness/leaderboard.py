@@ -483,7 +483,9 @@ def leaderboard_text(root: str, fmt: str = "md", suites: list[str] | None = None
 #   columns (``*/avg*``: their parts vote already). Rows are only ranked over the same columns: a row missing a
 #   voting cell gets no rank (``—``) and its coverage says how many cells it has, instead of being ranked over
 #   fewer tasks (MTEB #1921, #4263). A rank per suite (Borda over that suite's columns) still ranks rows that
-#   have all cells of that suite.
+#   have all cells of that suite. A column that a suite produces only for some mixers (ProtoT's routing shift in
+#   robustness) does not vote: a row that ran the suite but has no such cell lacks it by design, not by a
+#   missing run, and one mixer's own metric cannot rank the others.
 # * Mean by suite: the mean of a suite's normalised columns (the only ones on a shared 0-100 scale); missing
 #   when the row lacks any of them, never a mean over fewer.
 # * Pareto view: quality against speed within each preset (comparisons are at matched backbone); a row is on
@@ -666,6 +668,16 @@ def borda_columns(metric_columns: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def applicable_columns(columns: list[str], cells: dict[str, dict[tuple, Any]], keys: list[tuple]) -> list[str]:
+    """The columns every row that ran their suite has: a row with some cell of suite S but none in a column of S
+    ran S, which did not produce that metric for its mixer (a metric that applies to some mixers only)."""
+    def suite_of(c: str) -> str:
+        return c.split("/", 1)[0]
+
+    ran = {(suite_of(c), k) for c in cells for k in keys if cells[c][k] is not None}
+    return [c for c in columns if all(cells[c][k] is not None or (suite_of(c), k) not in ran for k in keys)]
+
+
 def build_board(store: ResultsStore, config: BoardConfig | None = None, frame: pd.DataFrame | None = None
                 ) -> pd.DataFrame:
     """The leaderboard with normalised classification scores, Borda rank, suite means, speed and the Pareto front.
@@ -689,7 +701,7 @@ def build_board(store: ResultsStore, config: BoardConfig | None = None, frame: p
     cells = {c: dict(zip(keys, table[c])) for c in columns}
 
     # Borda
-    voting = borda_columns(columns)
+    voting = applicable_columns(borda_columns(columns), cells, keys)
     per_suite = {s: sum(c.split("/", 1)[0] == s for c in voting) for s in {c.split("/", 1)[0] for c in voting}}
     weights = [1.0 / per_suite[c.split("/", 1)[0]] if config.borda_weighting == "suite" else 1.0 for c in voting]
     direction = [next(x for x in cells[c].values() if x is not None).higher_is_better for c in voting]

@@ -354,6 +354,26 @@ def test_board_borda_means_coverage_and_front(board_store):
     assert {m: rows[m]["borda rank"] for m in "ABC"} == {"A": 2, "B": 2, "C": 1}
 
 
+def test_a_metric_only_some_mixers_produce_does_not_vote(store):
+    """robustness/route is ProtoT-only: it must not leave the other mixers unranked, while a mixer that never ran
+    robustness still is."""
+    for mixer, ppl, jsd in (("protot", 10.0, 0.1), ("attention", 11.0, 0.3), ("mamba", 12.0, 0.2)):
+        _write(store, mixer, "perplexity", [_ppl(ppl)])
+        metrics = [Metric("jsd", jsd, False)] + ([Metric("route", 0.5, False)] if mixer == "protot" else [])
+        _write(store, mixer, "robustness", metrics, headline=["jsd", "route"])
+    _write(store, "deltanet", "perplexity", [_ppl(9.0)])  # never ran robustness: missing, so unranked
+    board = build_board(store)
+    rows = {r.mixer: r for _, r in board.iterrows()}
+    assert board.attrs["borda_columns"] == ["perplexity/ppl", "robustness/jsd"]
+    assert "robustness/route" in board.attrs["metric_columns"]  # still shown
+    # ppl (lower better) over the four: deltanet 3, protot 2, attention 1, mamba 0; jsd over the four (deltanet
+    # missing ranks nobody lower): protot 2, mamba 1, attention 0 -> protot 4, mamba 1, attention 1
+    assert {m: rows[m]["borda points"] for m in ("protot", "attention", "mamba")} == {"protot": 4.0, "attention": 1.0,
+                                                                                   "mamba": 1.0}
+    assert rows["protot"]["borda rank"] == 1 and rows["attention"]["borda rank"] == 2 == rows["mamba"]["borda rank"]
+    assert pd.isna(rows["deltanet"]["borda rank"]) and rows["deltanet"]["coverage"] == "1/2"
+
+
 def test_board_renders_in_every_format_with_missing_cells(board_store):
     board = build_board(board_store)
     md = render(board, "md")
