@@ -92,14 +92,10 @@ def evaluate(
     return EvalOutcome(run_id, suite, False, seconds)
 
 
-def build_manifest(ckpt, model, entry, cfg, corpus, result, seconds: float, device: str) -> dict[str, Any]:
-    """Everything needed to trust and reproduce a run: configs, code and package versions, kernel, timings."""
-    context = ckpt.spec.model.backbone.context
+def model_manifest(ckpt, model, device: str) -> dict[str, Any]:
+    """The manifest fields that identify the scored model and where it ran; every kind of run (a suite's, an
+    lm-eval run) carries them, so the leaderboard can group and compare runs of any kind."""
     return {
-        "kind": "eval",
-        "suite": entry.name,
-        "suite_config": to_dict(cfg),
-        "headline": list(getattr(entry.cls, "headline", ())) or None,
         "mixer": ckpt.spec.model.mixer,
         "mixer_config": to_dict(model.mixer_config),
         "preset": ckpt.spec.preset,
@@ -110,13 +106,24 @@ def build_manifest(ckpt, model, entry, cfg, corpus, result, seconds: float, devi
         "checkpoint_step": ckpt.step,
         "weights_sha256": ckpt.meta.get("weights_sha256"),
         "parameters": model.num_parameters(),
-        "state_floats": model.state_size(context),
+        "state_floats": model.state_size(ckpt.spec.model.backbone.context),
         "train_flops": ckpt.meta.get("train_flops"),
         "train_tokens_per_s": ckpt.meta.get("tokens_per_s"),
         "kernel": model.kernel,
         "device": device,
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "mixer_packages": model.mixers[0].package_versions(),
+    }
+
+
+def build_manifest(ckpt, model, entry, cfg, corpus, result, seconds: float, device: str) -> dict[str, Any]:
+    """Everything needed to trust and reproduce a run: configs, code and package versions, kernel, timings."""
+    return {
+        "kind": "eval",
+        "suite": entry.name,
+        "suite_config": to_dict(cfg),
+        "headline": list(getattr(entry.cls, "headline", ())) or None,
+        **model_manifest(ckpt, model, device),
         "data": {"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
         "suite_info": result.info,
         "timings": {"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},

@@ -26,7 +26,7 @@ from typing import Any
 from harness.checkpoint import load_checkpoint
 from harness.config import content_hash, to_dict
 from harness.errors import ConfigError, MixbenchError
-from harness.evaluate import EvalOutcome
+from harness.evaluate import EvalOutcome, model_manifest
 from harness.provenance import provenance
 from harness.results import ResultsStore
 from harness.suite import Metric, SuiteResult
@@ -200,22 +200,8 @@ def run_lm_eval(
         "suite_config": to_dict(cfg),
         "run_key": key,
         "headline": [m.name for m in metrics],
-        "mixer": ckpt.spec.model.mixer,
-        "mixer_config": to_dict(model.mixer_config),
-        "preset": ckpt.spec.preset,
-        "seed": ckpt.spec.train.seed,
-        "train_id": ckpt.spec.train_id,
-        "run_spec": ckpt.spec.to_json(),
-        "checkpoint": str(ckpt.path),
-        "checkpoint_step": ckpt.step,
-        "weights_sha256": ckpt.meta["weights_sha256"],
-        "parameters": model.num_parameters(),
-        "state_floats": model.state_size(model.config.context),
-        "train_flops": ckpt.meta.get("train_flops"),
-        "kernel": model.kernel,
-        "device": device,
+        **model_manifest(ckpt, model, device),
         "batch_size": cfg.batch_size,
-        "mixer_packages": model.mixers[0].package_versions(),
         "lm_eval": {k: results.get(k) for k in ("configs", "versions", "n-shot", "n-samples", "higher_is_better")},
         "timings": {"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
         "provenance": provenance(),
