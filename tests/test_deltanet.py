@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from layer_checks import assert_causal, assert_every_parameter_trains
 
 from harness import Recorder
 from harness.conformance import run_checks
@@ -34,24 +35,12 @@ def test_conformance(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forward_backward_and_every_parameter_gets_a_gradient(name):
-    layer = make(name)
-    x = torch.randn(2, 40, 32, requires_grad=True)
-    y, state = layer(x)
-    assert y.shape == x.shape and state is None
-    y.square().mean().backward()
-    assert x.grad is not None and x.grad.abs().sum() > 0
-    for pname, p in layer.named_parameters():
-        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+    assert_every_parameter_trains(make(name), seq_len=40, d_model=32)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_causal(name):
-    layer = make(name)
-    x = torch.randn(2, 40, 32)
-    x2 = x.clone()
-    x2[:, 17:] = torch.randn(2, 23, 32)
-    with torch.no_grad():
-        assert torch.equal(layer(x)[0][:, :17], layer(x2)[0][:, :17])
+    assert_causal(make(name), seq_len=40, cut=17, d_model=32)
 
 
 CONFIGS = [

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from layer_checks import assert_causal, assert_every_parameter_trains
 
 from harness import Recorder
 from harness.conformance import run_checks
@@ -99,24 +100,12 @@ def test_conformance(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_forward_backward_and_every_parameter_gets_a_gradient(name):
-    layer = make(name)
-    x = torch.randn(2, 20, 32, requires_grad=True)
-    y, state = layer(x)
-    assert y.shape == x.shape and state is None
-    y.square().mean().backward()
-    assert x.grad is not None and x.grad.abs().sum() > 0
-    for pname, p in layer.named_parameters():
-        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+    assert_every_parameter_trains(make(name), seq_len=20, d_model=32)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_causal(name):
-    layer = make(name)
-    x = torch.randn(2, 24, 32)
-    x2 = x.clone()
-    x2[:, 10:] = torch.randn(2, 14, 32)
-    with torch.no_grad():
-        assert torch.equal(layer(x)[0][:, :10], layer(x2)[0][:, :10])
+    assert_causal(make(name), seq_len=24, cut=10, d_model=32)
 
 
 @pytest.mark.parametrize("name", NAMES)
