@@ -11,10 +11,13 @@ from harness.errors import ConfigError, MixbenchError, UnknownNameError
 from harness.mixer import Mixer, Unit, state_floats
 from harness.recording import Recorder, record
 from harness.registry import MIXERS, SUITES, load_plugins, register_mixer, register_suite
-from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from harness.stats import Interval
+from harness.suite import ItemValues, Metric, Suite, SuiteCommand, SuiteContext, SuiteResult
 
 __all__ = [
     "ConfigError",
+    "Interval",
+    "ItemValues",
     "MIXERS",
     "Metric",
     "Mixer",
@@ -22,6 +25,7 @@ __all__ = [
     "Recorder",
     "SUITES",
     "Suite",
+    "SuiteCommand",
     "SuiteContext",
     "SuiteResult",
     "Unit",

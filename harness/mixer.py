@@ -55,6 +55,11 @@ class Mixer(nn.Module):
 
     #: set by ``register_mixer``
     name: ClassVar[str] = ""
+    #: bump when a change alters the mixer's numbers; part of the model identity (with a fingerprint of the
+    #: mixer's source), so every model of a changed mixer is retrained and rescored
+    version: ClassVar[int] = 1
+    #: trained and scored by ``mixbench quickstart`` (the built-in paper mixers say yes)
+    quickstart: ClassVar[bool] = False
     #: every kernel this mixer can run, the reference (definition) first
     kernels: ClassVar[tuple[str, ...]] = ("reference",)
     #: whether positions beyond the training context are meaningful (no learned or rotary position limit)

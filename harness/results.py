@@ -538,6 +538,4 @@ def _jsonl(raw: bytes | None) -> list[Any]:
 
 
 def _metric(d: dict[str, Any]) -> Metric:
-    if d.get("value") is None:  # written as null because it was NaN / inf
-        d = {**d, "value": math.nan}
     return Metric.from_json(d)

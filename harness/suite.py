@@ -1,58 +1,182 @@
-"""The suite contract (DESIGN §5).
+"""The suite contract (DESIGN §5, docs/ARCHITECTURE.md "Suites" and "Metrics").
 
 A suite is registered with ``@register_suite(name, config=SomeConfig)`` and implements
-``run(model, context) -> SuiteResult``. Its output is typed: a list of :class:`Metric` plus optional samples
-(JSON-ready dicts, e.g. generations) and plot files; the results store writes them under the run directory.
+``run(model, context) -> SuiteResult`` (or, for a suite that trains its own small models from a mixer
+definition, ``scope = "mixer"`` and :meth:`Suite.run_mixer`). Its output is typed: a list of :class:`Metric`
+plus optional samples (JSON-ready dicts, e.g. generations) and plot files; the results store writes them under
+the run directory.
+
+A suite owns everything about itself that the rest of the harness shows: which metrics are its headline and
+what role each plays (:class:`Metric`), its reduced quickstart configuration (:attr:`Suite.quickstart`), its
+section of the published site (:meth:`Suite.site_section`) and any CLI subcommand it adds
+(:attr:`Suite.commands`). The core reads these declarations and never a suite's name.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from harness.stats import Interval
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.backbone import MixerLM
     from harness.data import Corpus
-    from harness.results import ResultsStore
+    from harness.results import ResultsStore, RunRecord
+
+#: what a metric is for on the board: ``score`` votes in ranks and tie groups; ``baseline`` is a floor or
+#: chance level that describes the data (unigram perplexity, the majority-class rate); ``speed`` is the other
+#: axis of the Pareto view; ``diagnostic`` is shown in full views only.
+ROLES = ("score", "baseline", "speed", "diagnostic")
+
+
+@dataclass(frozen=True)
+class ItemValues:
+    """The per-item values behind a metric, so that two mixers can be compared on the same items.
+
+    ``ids`` name the items (a document, a pair, a prompt, an example) so that two runs can be joined on them;
+    items that share an id (a duplicated pair) form one cluster and count once in paired comparisons. The
+    metric must be a monotone function, in the direction of ``higher_is_better``, of the (``weights``-weighted)
+    mean of ``values``: accuracy is the mean of 0/1 correctness; perplexity is exp of the token-weighted mean of
+    per-document mean NLL, so its items are per-document NLL with token counts as weights and *lower* values
+    are better, as for perplexity itself.
+    """
+
+    ids: tuple[str, ...]
+    values: tuple[float, ...]
+    weights: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(str(i) for i in self.ids))
+        object.__setattr__(self, "values", tuple(float(v) for v in self.values))
+        if self.weights is not None:
+            object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
+        if len(self.values) != len(self.ids) or (self.weights is not None and len(self.weights) != len(self.ids)):
+            raise ValueError("item values: ids, values and weights need one entry per item")
+        if self.weights is not None and any(not (w >= 0 and math.isfinite(w)) for w in self.weights):
+            raise ValueError("item values: weights must be finite and >= 0")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ids": list(self.ids),
+            "values": [v if math.isfinite(v) else None for v in self.values],
+            "weights": None if self.weights is None else list(self.weights),
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "ItemValues":
+        values = [math.nan if v is None else v for v in d["values"]]
+        return ItemValues(tuple(d["ids"]), tuple(values), None if d.get("weights") is None else tuple(d["weights"]))
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One number with its direction, uncertainty and sample size."""
+    """One number with its direction, role, uncertainty and sample size (DESIGN §6, "Metrics are typed").
+
+    ``interval`` says what kind of interval it is (:class:`harness.stats.Interval`); it is never widened to
+    contain ``value``. ``unreliable`` is a reason when the suite found that this number measures nothing (a
+    judge at chance): such a metric is shown, marked, and never votes. ``role`` defaults to ``diagnostic`` so
+    that only what a suite declares a score can rank mixers.
+
+    ``chance`` is what guessing scores on this metric's own scale (the majority-class rate, 0 for MCC, 0.5 for
+    a pairwise agreement) and ``perfect`` the best attainable value; with both, the board can rescale the
+    metric to 0-100 above chance and tell when every mixer's interval includes chance (a column that measures
+    nothing).
+    """
 
     name: str
     value: float
     higher_is_better: bool
-    ci_low: float | None = None
-    ci_high: float | None = None
+    role: str = "diagnostic"
+    interval: Interval | None = None
     n: int | None = None
     unit: str = ""
+    items: ItemValues | None = None
+    unreliable: str | None = None
+    chance: float | None = None
+    perfect: float | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"metric name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.value, (int, float)) or isinstance(self.value, bool):
             raise TypeError(f"metric {self.name}: value must be a number, got {self.value!r}")
         object.__setattr__(self, "value", float(self.value))
-        if self.ci_low is not None and self.ci_high is not None and not (
-            math.isnan(self.value) or self.ci_low <= self.value <= self.ci_high
-        ):
-            raise ValueError(f"metric {self.name}: value {self.value} lies outside its CI [{self.ci_low}, {self.ci_high}]")
+        if not isinstance(self.higher_is_better, bool):
+            raise TypeError(f"metric {self.name}: higher_is_better must be a bool, got {self.higher_is_better!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"metric {self.name}: role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.interval is not None and not isinstance(self.interval, Interval):
+            raise TypeError(f"metric {self.name}: interval must be a harness.stats.Interval, got {self.interval!r}")
+        if self.n is not None:
+            if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 0:
+                raise ValueError(f"metric {self.name}: n must be an integer >= 0, got {self.n!r}")
+        if self.unreliable is not None and not (isinstance(self.unreliable, str) and self.unreliable.strip()):
+            raise ValueError(f"metric {self.name}: unreliable must be a reason (a non-empty string) or None")
+        for bound in ("chance", "perfect"):
+            value = getattr(self, bound)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"metric {self.name}: {bound} must be a finite number or None, got {value!r}")
+                object.__setattr__(self, bound, float(value))
+        if self.chance is not None and self.perfect is not None and self.chance == self.perfect:
+            raise ValueError(f"metric {self.name}: chance and perfect are both {self.chance}")
+
+    @property
+    def ci_low(self) -> float | None:
+        return None if self.interval is None else self.interval.low
+
+    @property
+    def ci_high(self) -> float | None:
+        return None if self.interval is None else self.interval.high
+
+    @property
+    def votes(self) -> bool:
+        """Whether this metric may rank mixers: a score that its suite did not mark unreliable."""
+        return self.role == "score" and self.unreliable is None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "value": self.value,
             "higher_is_better": self.higher_is_better,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
+            "role": self.role,
+            "interval": None if self.interval is None else self.interval.to_json(),
             "n": self.n,
             "unit": self.unit,
+            "items": None if self.items is None else self.items.to_json(),
+            "unreliable": self.unreliable,
+            "chance": self.chance,
+            "perfect": self.perfect,
         }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Metric":
-        return Metric(**d)
+        fields = {"name", "value", "higher_is_better", "role", "interval", "n", "unit", "items", "unreliable",
+                  "chance", "perfect"}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise ValueError(f"metric record has unknown field(s) {', '.join(unknown)}")
+        return Metric(
+            name=d["name"],
+            value=math.nan if d.get("value") is None else d["value"],  # written as null because it was NaN / inf
+            higher_is_better=d["higher_is_better"],
+            role=d["role"],
+            interval=None if d.get("interval") is None else Interval.from_json(d["interval"]),
+            n=d.get("n"),
+            unit=d.get("unit", ""),
+            items=None if d.get("items") is None else ItemValues.from_json(d["items"]),
+            unreliable=d.get("unreliable"),
+            chance=d.get("chance"),
+            perfect=d.get("perfect"),
+        )
 
 
 @dataclass
@@ -65,22 +189,66 @@ class SuiteResult:
 
 @dataclass
 class SuiteContext:
-    """What a suite gets besides the model: the corpus/tokenizer it was trained with and a work folder."""
+    """What a suite gets besides the model: the corpus/tokenizer it was trained with and a work folder.
 
-    corpus: "Corpus"
+    ``corpus`` is ``None`` for mixer-scoped suites (they generate their own data).
+    """
+
+    corpus: "Corpus | None"
     work_dir: Path
     seed: int = 0
     device: str = "cpu"
     progress: bool = True
 
 
+@dataclass(frozen=True)
+class SuiteCommand:
+    """A CLI subcommand a suite adds (``mixbench judge``); the core gives it ``--results`` and ``--plugin``."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+class SiteKit(Protocol):
+    """What the published site offers a suite's :meth:`Suite.site_section`; every helper escapes its input."""
+
+    def escape(self, value: Any) -> str:
+        """Text for HTML element content or a quoted attribute."""
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]], caption: str = "") -> str:
+        """An HTML table; every header and cell is escaped (pass plain values, never HTML)."""
+
+    def plot(self, run: "RunRecord", rel: str, caption: str = "") -> str:
+        """A stored plot of ``run`` (``rel`` is an entry of ``run.plots``) as a figure, or ``""`` if absent."""
+
+    def model_label(self, run: "RunRecord") -> str:
+        """The escaped board label of the model a run scored (``protot (n_prototypes=4) / quick``)."""
+
+    def run_link(self, run: "RunRecord", text: str) -> str:
+        """A link to the run's own page; ``text`` is escaped."""
+
+
 class Suite:
     """Base class of suites; ``name`` is set by ``register_suite``."""
 
     name: ClassVar[str] = ""
-
-    #: metric names shown on the leaderboard by default (empty: all of them)
+    #: bump when a change of the suite alters its numbers; part of every run's identity (with a fingerprint of
+    #: the suite's source), so the store recomputes exactly the runs of a changed suite
+    version: ClassVar[int] = 1
+    #: metric names (``fnmatch`` patterns) shown on the board; the first one matched is the suite's column in the
+    #: compact view. Empty: all of them
     headline: ClassVar[tuple[str, ...]] = ()
+    #: ``model``: scores a trained checkpoint; ``mixer``: trains its own small models from a mixer definition
+    #: (its runs are keyed by the mixer's identity and shared by every board row of that mixer and config)
+    scope: ClassVar[str] = "model"
+    #: numbers depend on the machine (speed): the device and threading policy join the run's identity
+    device_dependent: ClassVar[bool] = False
+    #: the reduced config ``mixbench quickstart`` runs (a mapping of config overrides); None: not in quickstart
+    quickstart: ClassVar[dict[str, Any] | None] = None
+    #: CLI subcommands this suite adds
+    commands: ClassVar[tuple[SuiteCommand, ...]] = ()
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -91,6 +259,16 @@ class Suite:
     def run(self, model: "MixerLM", ctx: SuiteContext) -> SuiteResult:
         raise NotImplementedError
 
+    def run_mixer(self, mixer: str, mixer_config: dict[str, Any], ctx: SuiteContext) -> SuiteResult:
+        """For ``scope = "mixer"`` suites: train and score the suite's own models of ``mixer``."""
+        raise NotImplementedError
+
     def aggregate(self, store: "ResultsStore", progress: bool) -> None:
         """Work across runs once this suite's runs are in ``store`` (the judge rates all mixers' generations
         together); called after ``evaluate`` and once at the end of a grid. Default: nothing."""
+
+    @classmethod
+    def site_section(cls, runs: "list[RunRecord]", kit: SiteKit) -> str:
+        """HTML for this suite's page of the published site, from its own runs (with samples); build it only
+        from ``kit``'s helpers, which escape everything. Default: nothing beyond the generic metric tables."""
+        return ""

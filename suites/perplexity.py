@@ -5,13 +5,14 @@ share one token, so every token after the document's leading end-of-text is pred
 context available inside its window). Reported per split:
 
 * ``ppl`` - token-weighted: exp(total NLL / total target tokens). The CI is a percentile bootstrap that
-  resamples *documents* (tokens within a document are not independent).
+  resamples *documents* (tokens within a document are not independent). The suite's score (one per split);
+  its per-document NLLs are stored as the metric's items so the board compares mixers on the same documents.
 * ``bpb`` - bits per UTF-8 byte of the targets: total NLL / ln 2 / total bytes (end-of-text targets carry no
   bytes), comparable across tokenizers.
 * ``ppl_batch_mean`` - the ProtoT paper's variant: exp(mean over evaluation batches of the batch's token-mean
   NLL), with the windows batched in order; it depends on the batch size, which is part of the config.
 * ``unigram_ppl`` - the same targets under the training split's add-one unigram distribution: a model that
-  does not beat it has learned nothing from context.
+  does not beat it has learned nothing from context. A property of the data (role ``baseline``): it never votes.
 * ``ppl_pos_A-B`` - token-weighted perplexity of targets at window positions A..B (log2 buckets): how well a
   mixer uses longer context, and at contexts past training, how it extrapolates.
 
@@ -33,7 +34,8 @@ from tqdm.auto import tqdm
 from harness.batching import IGNORE_INDEX, batched, collate_windows
 from harness.errors import ConfigError
 from harness.registry import register_suite
-from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from harness import stats
+from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
 
 SPLIT_PREFIX = {"test": "", "test_ood": "ood_", "validation": "val_", "validation_ood": "val_ood_"}
 
@@ -103,7 +105,8 @@ class Perplexity(Suite):
                 continue
             n_docs = len(ctx.corpus.encode_split(split))
             totals = self._score(model, windows, n_docs, buckets, unigram, byte_lengths, ctx, split)
-            metrics += self._metrics(SPLIT_PREFIX[split], totals, buckets)
+            doc_ids = [d.doc_id for d in ctx.corpus.encode_split(split)]
+            metrics += self._metrics(SPLIT_PREFIX[split], totals, doc_ids, buckets)
             info["splits"][split] = {"windows": len(windows), "documents": int((totals.tokens > 0).sum())}
         if not metrics:
             raise ConfigError(f"perplexity: the splits {list(self.cfg.splits)} are empty for this data source.")
@@ -148,29 +151,33 @@ class Perplexity(Suite):
         bar.close()
         return totals
 
-    def _metrics(self, prefix: str, t: DocTotals, buckets) -> list[Metric]:
-        rng = np.random.default_rng(self.cfg.seed)
+    def _metrics(self, prefix: str, t: DocTotals, doc_ids: list[str], buckets) -> list[Metric]:
         docs = np.flatnonzero(t.tokens > 0)
-        draws = rng.integers(0, len(docs), size=(self.cfg.bootstrap, len(docs))) if self.cfg.bootstrap else None
         n_tokens = int(t.tokens.sum())
-        lo_q, hi_q = (1 - self.cfg.confidence) / 2, (1 + self.cfg.confidence) / 2
+        cfg = self.cfg
 
-        def ratio_metric(name: str, num: np.ndarray, den: np.ndarray, transform, unit: str) -> Metric:
-            value = transform(num[docs].sum() / den[docs].sum())
-            lo = hi = None
-            if draws is not None:
-                boot = transform(num[docs][draws].sum(1) / np.maximum(den[docs][draws].sum(1), 1e-12))
-                lo, hi = float(min(np.quantile(boot, lo_q), value)), float(max(np.quantile(boot, hi_q), value))
-            return Metric(prefix + name, float(value), False, lo, hi, n_tokens, unit)
+        def ratio_metric(name: str, num: np.ndarray, den: np.ndarray, transform, unit: str, role: str,
+                         n: int = n_tokens, items: bool = False) -> Metric:
+            def statistic(num_s, den_s, axis=-1):
+                return transform(np.sum(num_s, axis=axis) / np.maximum(np.sum(den_s, axis=axis), 1e-12))
+
+            res = stats.bootstrap((num[docs], den[docs]), statistic, n_resamples=cfg.bootstrap,
+                                  level=cfg.confidence, seed=cfg.seed)
+            per_doc = None
+            if items:  # per-document mean NLL weighted by its tokens: ppl is exp of their weighted mean
+                per_doc = ItemValues(tuple(doc_ids[d] for d in docs), tuple(num[docs] / den[docs]), tuple(den[docs]))
+            return Metric(prefix + name, res.point, False, role=role, interval=res.interval,
+                          n=n, unit=unit, items=per_doc)
 
         out = [
-            ratio_metric("ppl", t.nll, t.tokens, np.exp, "perplexity"),
-            ratio_metric("bpb", t.nll, t.bytes, lambda x: x / math.log(2), "bits/byte"),
-            Metric(prefix + "ppl_batch_mean", float(np.exp(np.mean(t.batch_means))), False, n=n_tokens, unit="perplexity"),
-            ratio_metric("unigram_ppl", t.unigram_nll, t.tokens, np.exp, "perplexity"),
+            ratio_metric("ppl", t.nll, t.tokens, np.exp, "perplexity", "score", items=True),
+            ratio_metric("bpb", t.nll, t.bytes, lambda x: x / math.log(2), "bits/byte", "diagnostic"),
+            Metric(prefix + "ppl_batch_mean", float(np.exp(np.mean(t.batch_means))), False, n=n_tokens,
+                   unit="perplexity"),
+            ratio_metric("unigram_ppl", t.unigram_nll, t.tokens, np.exp, "perplexity", "baseline"),
         ]
         for i, (a, b) in enumerate(buckets):
             if t.bucket_tokens[docs, i].sum() > 0:
-                m = ratio_metric(f"ppl_pos_{a}-{b - 1}", t.bucket_nll[:, i], t.bucket_tokens[:, i], np.exp, "perplexity")
-                out.append(Metric(m.name, m.value, False, m.ci_low, m.ci_high, int(t.bucket_tokens[:, i].sum()), m.unit))
+                out.append(ratio_metric(f"ppl_pos_{a}-{b - 1}", t.bucket_nll[:, i], t.bucket_tokens[:, i], np.exp,
+                                        "perplexity", "diagnostic", n=int(t.bucket_tokens[:, i].sum())))
         return out

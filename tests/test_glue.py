@@ -221,7 +221,7 @@ def test_metrics_match_scikit_learn_and_scipy():
 def outcome(name: str, per_seed: list[list[float]]) -> TaskOutcome:
     spec = TASKS[name]
     names = spec.metric_names()
-    return TaskOutcome(spec, [dict(zip(names, vals, strict=True)) for vals in per_seed], None, {n: 10 for n in names}, {})
+    return TaskOutcome(spec, [dict(zip(names, vals, strict=True)) for vals in per_seed], None, {n: 10 for n in names}, {}, {}, {})
 
 
 def test_averages_follow_glue_and_never_mix_families():

@@ -277,7 +277,7 @@ def test_coherence_themes_and_summary_by_hand():
     assert scores.n_themes(emb, 0.7) == 2
     assert scores.n_themes(np.array([[1.0, 0.0], [0.99, 0.141]]), 0.7) == 1
     s = scores.summarise([1.0, 2.0, 3.0, float("nan")], bootstrap=200, seed=0)
-    assert s.n == 3 and s.mean == 2.0 and s.sd == pytest.approx(1.0) and s.ci_low <= 2.0 <= s.ci_high
+    assert s.n == 3 and s.mean == 2.0 and s.sd == pytest.approx(1.0) and s.interval.low <= 2.0 <= s.interval.high
 
 
 # ----------------------------------------------------------------------------------------------- embedding

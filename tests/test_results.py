@@ -18,6 +18,7 @@ import pytest
 from harness.config import content_hash
 from harness.errors import MixbenchError
 from harness.results import REDACTED, ResultsStore, redact, run_id
+from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ RID = "0123456789abcdef"
 
 def _result(value: float = 1.0, samples: int = 2) -> SuiteResult:
     return SuiteResult(
-        [Metric("ppl", value, False, value - 0.5, value + 0.5, n=10, unit="ppl"), Metric("acc", 0.5, True)],
+        [Metric("ppl", value, False, interval=Interval(value - 0.5, value + 0.5, "bootstrap"), n=10, unit="ppl"), Metric("acc", 0.5, True)],
         samples=[{"prompt": f"p{i}", "text": f"t{i}"} for i in range(samples)],
     )
 
@@ -84,14 +85,14 @@ def test_local_round_trip(tmp_path):
 
 def test_non_finite_values_are_written_as_null_and_read_back_as_nan(tmp_path):
     store = ResultsStore(tmp_path)
-    result = SuiteResult([Metric("ppl", math.nan, False), Metric("speed", 3.0, True, 1.0, math.inf)])
+    result = SuiteResult([Metric("ppl", math.nan, False), Metric("speed", 3.0, True, interval=Interval(1.0, math.inf, "range", None))])
     store.write_run(RID, {"loss_curve": [1.0, math.nan, -math.inf]}, result)
     run_dir = tmp_path / "runs" / RID
     assert _strict_json((run_dir / "manifest.json").read_text())["loss_curve"] == [1.0, None, None]
     lines = [_strict_json(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert lines[0]["value"] is None and lines[1]["ci_high"] is None
+    assert lines[0]["value"] is None and lines[1]["interval"]["high"] is None
     record = store.read_run(RID)
-    assert math.isnan(record.metrics[0].value) and record.metrics[1].ci_high is None
+    assert math.isnan(record.metrics[0].value) and math.isnan(record.metrics[1].ci_high)
 
 
 def test_existing_run_needs_force(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 
 from harness.errors import MixbenchError
 from harness.results import ResultsStore
+from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
 
 RUNS_PER_WRITER = 25
@@ -24,7 +25,7 @@ RUNS_PER_WRITER = 25
 
 def _result(writer: int, i: int) -> SuiteResult:
     value = writer * 1000.0 + i
-    return SuiteResult([Metric("score", value, True, value - 1, value + 1, 10), Metric("writer", float(writer), True)],
+    return SuiteResult([Metric("score", value, True, interval=Interval(value - 1, value + 1, "bootstrap"), n=10), Metric("writer", float(writer), True)],
                        samples=[{"text": f"writer {writer} run {i}"}])
 
 

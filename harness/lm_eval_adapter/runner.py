@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import math
 import re
 import time
 from collections.abc import Iterator
@@ -28,12 +27,12 @@ from harness.config import content_hash, to_dict
 from harness.errors import ConfigError, MixbenchError
 from harness.evaluate import EvalOutcome, model_manifest
 from harness.provenance import provenance
+from harness import stats
 from harness.results import ResultsStore
 from harness.suite import Metric, SuiteResult
 
 SUITE = "lm-eval"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # object reprs in task configs differ between processes
-Z95 = 1.959964  # lm-eval reports standard errors; the store keeps 95% intervals
 
 
 @dataclass(frozen=True)
@@ -145,11 +144,11 @@ def metrics_from_results(results: dict[str, Any]) -> list[Metric]:
             if not filt or metric.endswith("_stderr") or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             stderr = values.get(f"{metric}_stderr,{filt}")
-            lo = hi = None
-            if isinstance(stderr, (int, float)) and math.isfinite(stderr) and math.isfinite(value):
-                lo, hi = value - Z95 * stderr, value + Z95 * stderr
+            interval = None
+            if isinstance(stderr, (int, float)) and not isinstance(stderr, bool):
+                interval = stats.normal_interval(float(value), float(stderr))
             name = f"{task}/{metric}" if filt == "none" else f"{task}/{metric}[{filt}]"
-            out.append(Metric(name, float(value), bool(better.get(metric, True)), lo, hi, n))
+            out.append(Metric(name, float(value), bool(better.get(metric, True)), role="score", interval=interval, n=n))
     return out
 
 

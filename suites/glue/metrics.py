@@ -1,4 +1,4 @@
-"""GLUE's metrics and the intervals the suite reports, in numpy alone.
+"""GLUE's metrics in numpy alone (intervals come from :mod:`harness.stats`).
 
 The metric functions follow scikit-learn's and scipy's definitions (the tests check them against those
 libraries), so the suite needs neither at run time. Two conventions where those libraries warn instead:
@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.leaderboard import t_quantile_975
 
 
 def accuracy(y: np.ndarray, p: np.ndarray) -> float:
@@ -69,22 +68,3 @@ METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "pearson": pearson,
     "spearman": spearman,
 }
-
-
-def t_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and two-sided 95% Student-t interval over seeds (needs two or more values)."""
-    n = len(values)
-    mean = float(np.mean(values))
-    half = t_quantile_975(n - 1) * float(np.std(values, ddof=1)) / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def percentile_interval(value: float, replicates: np.ndarray) -> tuple[float, float]:
-    """95% percentile bootstrap interval, widened to contain ``value`` (a skewed statistic can fall outside)."""
-    lo, hi = np.quantile(replicates, [0.025, 0.975])
-    return float(min(lo, value)), float(max(hi, value))
-
-
-def bootstrap_draws(n: int, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``[count, n]`` indices resampling ``n`` evaluation examples with replacement."""
-    return rng.integers(0, n, size=(count, n))

@@ -9,8 +9,11 @@ Protocol per task:
    and predicts the validation split(s).
 3. Metrics (x100, as GLUE reports them): MCC for CoLA, F1 and accuracy for MRPC/QQP, Pearson and Spearman for
    STS-B, accuracy on MNLI's matched and mismatched sets, accuracy elsewhere. The CI is a Student-t 95% interval
-   over seeds; with one seed, a percentile bootstrap over evaluation examples. ``task/majority_acc`` is the
-   accuracy of always predicting the training majority class: the floor a classifier must beat.
+   over seeds; with one seed, a percentile bootstrap over evaluation examples (:mod:`harness.stats`).
+   ``task/majority_acc`` is the accuracy of always predicting the training majority class: the floor a
+   classifier must beat (role ``baseline``), and the ``chance`` level of the task's accuracy. Task metrics are
+   the suite's scores; accuracies carry per-example correctness as items, so mixers are compared on the same
+   examples.
 4. Averages, GLUE's way: a task's score is the mean of its metrics (F1/acc, Pearson/Spearman and MNLI m/mm
    averaged within the task), the average is the mean of task scores. It is computed per family over the tasks
    that ran (at least two) and named by how many (``glue/avg`` for all nine, ``glue/avg_3of9`` otherwise);
@@ -31,11 +34,13 @@ import numpy as np
 
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import register_suite
-from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from harness import stats
+from harness.stats import Interval
+from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
 from suites.glue.config import GlueConfig
 from suites.glue.finetune import Encoded, encode, fine_tune, predict
 from suites.glue.loading import Example, load_task
-from suites.glue.metrics import METRICS, bootstrap_draws, percentile_interval, t_interval
+from suites.glue.metrics import METRICS
 from suites.glue.tasks import GLUE, SPLIT_SUFFIX, STANDIN, TASKS, TaskSpec, average_name, headline_metrics
 
 SCALE = 100.0  # GLUE reports every metric x100
@@ -49,6 +54,8 @@ class TaskOutcome:
     replicates: dict[str, np.ndarray] | None  # reported metric -> bootstrap values (single seed only)
     n: dict[str, int]  # reported metric -> evaluation examples
     majority: dict[str, tuple[float, int]]  # task/majority_acc[_split] -> (value, n); classification only
+    items: dict[str, ItemValues]  # accuracy metric -> per-example correctness (mean over seeds)
+    chance: dict[str, float]  # reported metric -> its chance level (majority rate for accuracies, 0 for MCC)
 
     def scores(self) -> np.ndarray:
         """GLUE's task score per seed: the mean of the task's metrics."""
@@ -62,11 +69,18 @@ def _offline() -> bool:
     return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
 
 
-def _interval(values: np.ndarray, replicates: np.ndarray | None) -> tuple[float, float | None, float | None]:
+def _interval(values: np.ndarray, replicates: np.ndarray | None, level: float = 0.95) -> tuple[float, Interval | None]:
+    """Over seeds a Student-t interval of the mean; with one seed a percentile bootstrap over examples."""
     if len(values) > 1:
-        return t_interval(list(values))
+        return float(np.mean(values)), stats.t_interval(list(values), level)
     value = float(values[0])
-    return (value, *percentile_interval(value, replicates)) if replicates is not None else (value, None, None)
+    return value, None if replicates is None else stats.percentile_interval(replicates, level)
+
+
+def _example_ids(split: str, examples: list[Example]) -> tuple[str, ...]:
+    """Ids that join the same evaluation example across runs: split, position and a hash of its text."""
+    texts = [f"{e.text_a}\x00{e.text_b}" for e in examples]
+    return tuple(f"{split}:{i}:{zlib.crc32(t.encode()):08x}" for i, t in enumerate(texts))
 
 
 @register_suite("glue", config=GlueConfig)
@@ -134,7 +148,7 @@ class Glue(Suite):
             predictions.append({split: predict(clf, e, batch, pad) for split, e in eval_e.items()})
 
         majority = None if spec.regression else int(np.bincount(fit_e.labels, minlength=spec.num_outputs).argmax())
-        outcome = self._outcome(spec, eval_e, predictions, majority, rng)
+        outcome = self._outcome(spec, evals, eval_e, predictions, majority, rng)
         info = {
             "source": data.source,
             "skipped_rows": data.skipped,
@@ -165,44 +179,53 @@ class Glue(Suite):
             return examples
         return [examples[i] for i in sorted(rng.choice(len(examples), k, replace=False))]
 
-    def _outcome(self, spec, eval_e: dict[str, Encoded], predictions, majority_label: int | None, rng) -> TaskOutcome:
+    def _outcome(self, spec, evals: dict[str, list[Example]], eval_e: dict[str, Encoded], predictions,
+                 majority_label: int | None, rng) -> TaskOutcome:
+        def column(m: str, split: str) -> str:
+            return f"{spec.name}/{m}{SPLIT_SUFFIX[split]}"
+
         per_seed = [
-            {
-                f"{spec.name}/{m}{SPLIT_SUFFIX[split]}": SCALE * METRICS[m](e.labels, preds[split])
-                for split, e in eval_e.items()
-                for m in spec.metrics
-            }
+            {column(m, split): SCALE * METRICS[m](e.labels, preds[split]) for split, e in eval_e.items()
+             for m in spec.metrics}
             for preds in predictions
         ]
-        n = {f"{spec.name}/{m}{SPLIT_SUFFIX[split]}": len(e) for split, e in eval_e.items() for m in spec.metrics}
+        n = {column(m, split): len(e) for split, e in eval_e.items() for m in spec.metrics}
         replicates = None
         if len(predictions) == 1 and self.cfg.bootstrap:
             replicates = {}
             for split, e in eval_e.items():
-                draws = bootstrap_draws(len(e), self.cfg.bootstrap, rng)  # shared by the split's metrics
+                draws = stats.resample_indices(len(e), self.cfg.bootstrap, rng)  # shared by the split's metrics
                 y, p = e.labels, predictions[0][split]
                 for m in spec.metrics:
-                    reps = [METRICS[m](y[d], p[d]) for d in draws]
-                    replicates[f"{spec.name}/{m}{SPLIT_SUFFIX[split]}"] = SCALE * np.array(reps)
-        majority = {}
-        if majority_label is not None:
-            for split, e in eval_e.items():
+                    replicates[column(m, split)] = SCALE * np.array([METRICS[m](y[d], p[d]) for d in draws])
+        items, chance, majority = {}, {}, {}
+        for split, e in eval_e.items():
+            if "acc" in spec.metrics:
+                correct = np.mean([preds[split] == e.labels for preds in predictions], axis=0)
+                items[column("acc", split)] = ItemValues(_example_ids(split, evals[split]), tuple(SCALE * correct))
+            if "mcc" in spec.metrics:
+                chance[column("mcc", split)] = 0.0  # MCC's chance level by construction
+            if majority_label is not None:
                 rate = SCALE * float(np.mean(e.labels == majority_label))
-                majority[f"{spec.name}/majority_acc{SPLIT_SUFFIX[split]}"] = (rate, len(e))
-        return TaskOutcome(spec, per_seed, replicates, n, majority)
+                majority[column("majority_acc", split)] = (rate, len(e))
+                if "acc" in spec.metrics:
+                    chance[column("acc", split)] = rate
+        return TaskOutcome(spec, per_seed, replicates, n, majority, items, chance)
 
     # ------------------------------------------------------------------------------------------- metrics
     def _task_metrics(self, o: TaskOutcome) -> list[Metric]:
         out = []
         for name in o.per_seed[0]:
             values = np.array([values[name] for values in o.per_seed])
-            value, lo, hi = _interval(values, None if o.replicates is None else o.replicates[name])
-            out.append(Metric(name, value, True, lo, hi, o.n[name], UNIT))
+            value, interval = _interval(values, None if o.replicates is None else o.replicates[name])
+            out.append(Metric(name, value, True, role="score", interval=interval, n=o.n[name], unit=UNIT,
+                              items=o.items.get(name), chance=o.chance.get(name), perfect=SCALE))
         for name, (value, n) in o.majority.items():
-            out.append(Metric(name, value, True, n=n, unit=UNIT))
+            out.append(Metric(name, value, True, role="baseline", n=n, unit=UNIT))
         return out
 
     def _averages(self, outcomes: list[TaskOutcome]) -> list[Metric]:
+        """Family averages: derived from the task scores, which vote themselves, so the average is diagnostic."""
         out = []
         for family in (GLUE, STANDIN):
             group = [o for o in outcomes if o.spec.family == family]
@@ -211,6 +234,7 @@ class Glue(Suite):
             scores = np.mean([o.scores() for o in group], axis=0)
             reps = [o.score_replicates() for o in group]
             replicates = None if any(r is None for r in reps) else np.mean(reps, axis=0)
-            value, lo, hi = _interval(scores, replicates)
-            out.append(Metric(average_name(family, len(group)), value, True, lo, hi, len(group), UNIT))
+            value, interval = _interval(scores, replicates)
+            out.append(Metric(average_name(family, len(group)), value, True, interval=interval, n=len(group),
+                              unit=UNIT, perfect=SCALE))
         return out

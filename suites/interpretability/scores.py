@@ -17,6 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 
+from harness import stats
+from harness.stats import Interval
+
 
 def coherence(emb: np.ndarray) -> float:
     """Mean off-diagonal cosine of unit vectors ``emb [n, d]`` (n >= 2)."""
@@ -39,21 +42,14 @@ def n_themes(emb: np.ndarray, distance: float) -> int:
 class Summary:
     mean: float
     sd: float
-    ci_low: float | None
-    ci_high: float | None
+    interval: Interval | None
     n: int
 
 
 def summarise(values, bootstrap: int, seed: int, confidence: float = 0.95) -> Summary:
     v = np.asarray([x for x in values if np.isfinite(x)], dtype=np.float64)
     if len(v) == 0:
-        return Summary(float("nan"), float("nan"), None, None, 0)
-    mean = float(v.mean())
+        return Summary(float("nan"), float("nan"), None, 0)
     sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
-    lo = hi = None
-    if bootstrap and len(v) > 1:
-        draws = np.random.default_rng(seed).integers(0, len(v), size=(bootstrap, len(v)))
-        boot = v[draws].mean(1)
-        q = (1 - confidence) / 2
-        lo, hi = float(min(np.quantile(boot, q), mean)), float(max(np.quantile(boot, 1 - q), mean))
-    return Summary(mean, sd, lo, hi, len(v))
+    res = stats.bootstrap((v,), np.mean, n_resamples=bootstrap, level=confidence, seed=seed)
+    return Summary(res.point, sd, res.interval, len(v))

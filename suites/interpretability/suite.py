@@ -22,6 +22,7 @@ from harness.checkpoint import load_model
 from harness.errors import ConfigError
 from harness.mixer import Unit
 from harness.registry import register_suite
+from harness.stats import Interval
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
 from suites.interpretability import basis as basis_mod
 from suites.interpretability import (
@@ -46,6 +47,16 @@ from suites.interpretability.windows import (
 )
 
 SUFFIX = {"units": "", "null": "_null", "sae_var": "_sae_var", "sae_freq": "_sae_freq"}
+#: the mixer's own units' judge-free scores are what ranks mixers; the null model's are the floor they must beat
+SCORES = ("coherence", "themes", "coverage")
+
+
+def _role(name: str) -> str:
+    if name in SCORES:
+        return "score"
+    if name.endswith(SUFFIX["null"]):
+        return "baseline"
+    return "diagnostic"
 
 
 @register_suite("interpretability", config=InterpConfig)
@@ -136,10 +147,10 @@ class _Run:
         self.info["skipped"][what] = reason
 
     def _metric(self, name: str, value: float, higher: bool, unit: str = "", n: int | None = None,
-                lo: float | None = None, hi: float | None = None) -> None:
+                interval: Interval | None = None) -> None:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return
-        self.metrics.append(Metric(name, float(value), higher, lo, hi, n, unit))
+        self.metrics.append(Metric(name, float(value), higher, role=_role(name), interval=interval, n=n, unit=unit))
 
     # ------------------------------------------------------------------ units
     def _profile_windows(self) -> None:
@@ -269,7 +280,7 @@ class _Run:
     def _summary(self, name: str, values, higher: bool, unit: str) -> None:
         s = scores.summarise(values, self.cfg.bootstrap, self.cfg.seed)
         if s.n:
-            self._metric(name, s.mean, higher, unit, s.n, s.ci_low, s.ci_high)
+            self._metric(name, s.mean, higher, unit, s.n, s.interval)
             self._metric(f"{name}_sd", s.sd, False, unit, s.n)
 
     def _judge(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from harness.config import to_dict
+from harness import stats
 from harness.provenance import provenance
 from harness.suite import Metric, SuiteResult
 from suites.judge.judging import Session
@@ -77,15 +78,16 @@ def rating_result(mixer: str, report: PoolReport, outcomes: list[Outcome], repli
     mine = [o for o in outcomes if mixer in (o.comparison.left, o.comparison.right)]
     n_mine = sum(o.complete for o in mine)
 
-    def with_ci(name: str, iv: Interval, unit: str) -> Metric:
-        return Metric(name, float(iv.value[i]), True, float(iv.low[i]), float(iv.high[i]), n_mine, unit)
+    def with_ci(name: str, iv: Interval, unit: str, role: str = "diagnostic") -> Metric:
+        interval = stats.Interval(float(iv.low[i]), float(iv.high[i]), "bootstrap", 0.95)
+        return Metric(name, float(iv.value[i]), True, role=role, interval=interval, n=n_mine, unit=unit)
 
     def rate_of(part: int, whole: int) -> float:
         return part / whole if whole else math.nan
 
     canary = session.canaries
     metrics = [
-        with_ci("elo", r.elo, "Elo"),
+        with_ci("elo", r.elo, "Elo", role="score"),
         with_ci("elo_lc", r.elo_lc, "Elo"),
         with_ci("win_rate", r.win_rate, "fraction"),
         Metric("position_bias", c.position_bias, False, n=c.complete, unit="fraction"),
@@ -94,7 +96,7 @@ def rating_result(mixer: str, report: PoolReport, outcomes: list[Outcome], repli
         Metric("failed_rate", rate_of(report.failed, report.presentations), False, n=report.presentations,
                unit="fraction"),
         Metric("canary_agreement", canary.agreement if canary else math.nan, True, n=canary.parsed if canary else 0,
-               unit="fraction"),
+               unit="fraction", chance=0.5, perfect=1.0),
     ]
     for j, other in enumerate(r.players):
         if other != mixer and not math.isnan(r.matrix[i, j]):

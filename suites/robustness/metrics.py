@@ -1,4 +1,4 @@
-"""Divergences and rank statistics between two next-token distributions, and percentile bootstraps.
+"""Divergences and rank statistics between two next-token distributions (intervals: :mod:`harness.stats`).
 
 The Jensen-Shannon divergence takes probability rows (next-token distributions or routing gates) and is computed as
 ``(KL(p || m) + KL(q || m)) / 2`` with ``m = (p + q) / 2`` in base 2, so it lies in [0, 1] and two identical rows give
@@ -57,19 +57,3 @@ def spearman_union(logp: np.ndarray, logq: np.ndarray, k: int) -> float:
     a, b = a - a.mean(), b - b.mean()
     denom = math.sqrt(float((a * a).sum() * (b * b).sum()))
     return float((a * b).sum() / denom) if denom > 0 else math.nan
-
-
-def bootstrap_draws(n: int, replicates: int, rng: np.random.Generator) -> np.ndarray | None:
-    """``[replicates, n]`` indices resampled with replacement, or None when there is nothing to resample."""
-    if replicates <= 0 or n == 0:
-        return None
-    return rng.integers(0, n, size=(replicates, n))
-
-
-def percentile_ci(replicates: np.ndarray, value: float, confidence: float) -> tuple[float | None, float | None]:
-    """Percentile interval of the finite replicates, widened to contain ``value`` (the point estimate)."""
-    finite = replicates[np.isfinite(replicates)]
-    if not finite.size or not math.isfinite(value):
-        return None, None
-    lo, hi = np.quantile(finite, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(min(lo, value)), float(max(hi, value))

@@ -37,8 +37,8 @@ from harness.config import as_tuple
 from harness.data import SPLITS, default_cache_dir
 from harness.errors import ConfigError
 from harness.registry import register_suite
+from harness.stats import percentile_interval, resample_indices
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
-from suites.robustness.metrics import bootstrap_draws, percentile_ci
 from suites.robustness.pairs import Pair, PairSetSpec, cached_pairs, load_pairs
 from suites.robustness.perturbations import PERTURBATIONS, check_names
 from suites.robustness.scoring import DISTANCE_BUCKETS, Scores, bucket_name, score_pairs
@@ -151,6 +151,9 @@ def stats(top_k: int, routing: bool) -> list[Stat]:
     return out
 
 
+SCORE_STAT = "jsd_final"
+
+
 @register_suite("robustness", config=RobustnessConfig)
 class Robustness(Suite):
     headline: ClassVar[tuple[str, ...]] = (
@@ -204,7 +207,8 @@ class Robustness(Suite):
         members = {
             s: np.flatnonzero([p.slice == s and ok for p, ok in zip(pairs, scores.scored, strict=True)]) for s in slices
         }
-        draws = {s: bootstrap_draws(len(m), cfg.bootstrap, rng) for s, m in members.items()}
+        draws = {s: resample_indices(len(m), cfg.bootstrap, rng) if len(m) and cfg.bootstrap else None
+                 for s, m in members.items()}
         metrics: list[Metric] = []
         worst_of: dict[str, str] = {}
         for stat in stats(cfg.top_k, scores.routing):
@@ -220,8 +224,9 @@ class Robustness(Suite):
                     with np.errstate(invalid="ignore", divide="ignore"):
                         reps[s] = stat.transform(num[m][draws[s]].sum(1) / den[m][draws[s]].sum(1))
                 better = stat.higher_is_better != (stat.change and kinds[s] == "sensitivity")
-                lo, hi = percentile_ci(reps[s], values[s], cfg.confidence) if s in reps else (None, None)
-                metrics.append(Metric(f"{stat.name}/{s}", values[s], better, lo, hi, counts[s], stat.unit))
+                interval = percentile_interval(reps[s], cfg.confidence) if s in reps else None
+                metrics.append(Metric(f"{stat.name}/{s}", values[s], better, interval=interval, n=counts[s],
+                                      unit=stat.unit))
             if stat.aggregate:
                 metrics += self._aggregates(stat, values, reps, counts, kinds, worst_of)
         return metrics, worst_of
@@ -239,10 +244,14 @@ class Robustness(Suite):
             if not chosen:
                 continue
             value = float(reduce([values[s] for s in chosen]))
-            lo = hi = None
+            interval = None
             if all(s in reps for s in chosen):
-                lo, hi = percentile_ci(reduce(np.stack([reps[s] for s in chosen]), axis=0), value, self.cfg.confidence)
-            out.append(Metric(f"{stat.name}/{label}", value, better, lo, hi, sum(counts[s] for s in chosen), stat.unit))
+                interval = percentile_interval(reduce(np.stack([reps[s] for s in chosen]), axis=0), self.cfg.confidence)
+            # the suite's score is the paper's headline, JSD of the final distribution averaged over slices; the
+            # others restate it (top-k, rank agreement) or apply to some mixers only (routing shift)
+            role = "score" if (stat.name, label) == (SCORE_STAT, "mean") else "diagnostic"
+            out.append(Metric(f"{stat.name}/{label}", value, better, role=role, interval=interval,
+                              n=sum(counts[s] for s in chosen), unit=stat.unit))
             if label == "worst":
                 worst_of[stat.name] = next(s for s in chosen if values[s] == value)
         return out

@@ -32,6 +32,7 @@ from harness.config import ModelSpec, as_tuple, to_dict
 from harness.errors import ConfigError
 from harness.provenance import device_descriptor
 from harness.registry import register_suite
+from harness.stats import Interval
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
 from suites.throughput import analysis
 from suites.throughput.measure import MODES, Point, measure_point, timed
@@ -154,26 +155,28 @@ class Throughput(Suite):
             if p is None or p.status != "ok":
                 return
             n_tokens = p.tokens_per_s * p.seconds
-            out.append(Metric(name, p.tokens_per_s, True, n_tokens / p.seconds_max, n_tokens / p.seconds_min, p.batch,
-                              "tokens/s"))
+            spread = Interval(n_tokens / p.seconds_max, n_tokens / p.seconds_min, "range", None)
+            out.append(Metric(name, p.tokens_per_s, True, role="speed", interval=spread, n=p.batch, unit="tokens/s"))
 
         speed("train", "train_tok_s")
         speed("prefill", "prefill_tok_s")
         dec = tables.get("decode", {}).get(context)
         if dec is not None and dec.status == "ok":
-            out.append(Metric("decode_ms", dec.seconds * 1e3, False, dec.seconds_min * 1e3, dec.seconds_max * 1e3,
-                              dec.batch, "ms/token"))
+            spread = Interval(dec.seconds_min * 1e3, dec.seconds_max * 1e3, "range", None)
+            out.append(Metric("decode_ms", dec.seconds * 1e3, False, role="speed", interval=spread, n=dec.batch,
+                              unit="ms/token"))
         seconds = {mode: {t: p.seconds for t, p in table.items()} for mode, table in tables.items()}
         for mode in ("prefill", "train"):
             if mode in seconds and (e := analysis.scaling_exponent(seconds[mode])) is not None:
-                out.append(Metric(f"{mode}_exponent", e, False, unit="d log time / d log T"))
+                out.append(Metric(f"{mode}_exponent", e, False, role="speed", unit="d log time / d log T"))
         if "decode" in seconds and (r := analysis.ratio_longest_shortest(seconds["decode"])) is not None:
-            out.append(Metric("decode_ratio", r, False, unit="latency longest / shortest context"))
+            out.append(Metric("decode_ratio", r, False, role="speed", unit="latency longest / shortest context"))
         if reference is not None:
             for mode in seconds:
                 ref = {t: p.seconds for t, p in reference.get(mode, {}).items()}
                 cross = analysis.crossover(seconds[mode], ref)
-                out.append(Metric(f"crossover_{mode}", math.nan if cross is None else cross, False, unit="tokens"))
+                out.append(Metric(f"crossover_{mode}", math.nan if cross is None else cross, False, role="speed",
+                                  unit="tokens"))
         train = tables.get("train", {}).get(context)
         if train is not None and train.peak_bytes is not None:
             out.append(Metric("train_peak_mb", train.peak_bytes / 2**20, False, unit="MiB"))
