@@ -114,7 +114,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="quick")
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
+    _suite_commands(sub)
     return parser
+
+
+def _suite_commands(sub) -> None:
+    """Subcommands that suites declare (:attr:`harness.suite.Suite.commands`), e.g. the judge's ``mixbench judge``."""
+    from harness.registry import SUITES
+
+    taken = set(sub.choices)
+    for entry in SUITES.entries():
+        for command in entry.cls.commands:
+            if command.name in taken:
+                raise MixbenchError(
+                    f"suite '{entry.name}' ({entry.source}) declares the command '{command.name}', which already "
+                    "exists; rename the suite's command."
+                )
+            taken.add(command.name)
+            p = sub.add_parser(command.name, parents=[_common()], help=command.help)
+            command.configure(p)
+            p.set_defaults(suite_command=command.run)
+
+
+def _plugins_in(argv: list[str]) -> list[str]:
+    """``--plugin`` values, read before the parser is built so plugin suites can add their commands."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg == "--plugin" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif arg.startswith("--plugin="):
+            found.append(arg.split("=", 1)[1])
+    return found
 
 
 def _device(requested: str | None) -> str:
@@ -362,16 +392,23 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     import torch
 
+    from harness.registry import load_plugins
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        load_plugins(_plugins_in(argv))
+        args = build_parser().parse_args(argv)
+    except MixbenchError as exc:
+        print(f"mixbench: error: {exc}", file=sys.stderr)
+        return 2
     # Decaying states (ProtoT's sums, SSM states) pass through denormal floats, which x86 computes ~100x slower;
     # flushing them to zero changes no result above 1e-38.
     torch.set_flush_denormal(True)
     try:
-        from harness.registry import load_plugins
-
-        load_plugins(args.plugin)
+        if getattr(args, "suite_command", None) is not None:
+            return args.suite_command(args)
         return COMMANDS[args.command](args)
     except MixbenchError as exc:
         print(f"mixbench: error: {exc}", file=sys.stderr)
@@ -379,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mixbench: interrupted; finished work is kept and the next run resumes it.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `mixbench leaderboard | head`: the reader left; say nothing more, like other tools
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,6 +31,16 @@ import torch
 from torch import nn
 
 from harness.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class KernelBenchmark:
+    """A mixer's sequence kernel alone on synthetic inputs: what the throughput suite compares with the
+    machine's matmul peak. ``run()`` does one forward+backward (or forward, per ``label``) of ``flops``."""
+
+    run: Callable[[], Any]
+    flops: float
+    label: str
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,12 @@ class Mixer(nn.Module):
 
     def units(self) -> list[Unit]:
         return []
+
+    def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
+        """The mixer's core kernel on synthetic inputs of this shape, with its FLOP count, so the throughput suite
+        can report the fraction of the matmul peak it reaches; ``None`` when the mixer has no kernel of its own
+        to measure (the default)."""
+        return None
 
     def no_weight_decay(self) -> set[str]:
         """Names (relative to this module) of matrix parameters that must not be weight-decayed.
