@@ -9,10 +9,13 @@ Faithfulness decisions (where the paper, the released code and the task text mee
 
 * The running sums carry the released code's (1 - beta) factor (S <- beta S + (1 - beta) pi v); it cancels in
   the ratio S / M except where the mass floor (1e-6) is active, which is where the released code differs.
-* Temperatures are used as |tau| + 1e-6; prototypes start as unit-normed N(0, 1/d) vectors and are not
-  re-normed during training; beta starts at 0.9 (half-life 6.6 tokens); alpha (one per layer) starts at 1.
-* Layers ``< conv_layers`` (0 and 1) smooth the value stream with a causal depthwise conv of width 5:
-  v <- 0.5 v + 0.5 conv(v); routing and reads use the raw input.
+* Temperatures are used as |tau| + 2e-6 (``TAU_EPS``), as released: the released code adds 1e-6 when it builds tau
+  and again in its routing; at |tau| <= 0.1 a single 1e-6 moves outputs by > 1e-5 relative (docs/faithfulness.md).
+* Prototypes start as unit-normed N(0, 1/d) vectors and are not re-normed during training; beta starts at 0.9
+  (half-life 6.6 tokens); alpha (one per layer) starts at 1.
+* Layers ``< conv_layers`` (0 and 1) smooth the value stream with a causal depthwise conv of width 5 and no bias
+  (released: ``Conv1d(..., groups=C_v, bias=False)``): v <- 0.5 v + 0.5 conv(v); routing and reads use the raw
+  input. PyTorch's default bias would add a learnable offset that, at init, is ~10x the layer's own output.
 * Layers ``< shared_routing_layers`` (layer 0) read with the write gate itself (no W, no tau_r) and start
   tau_w at 3.0. A read mask there has no effect (the read gate *is* the write gate); a write mask masks both.
 * No positional embedding: the discount is the only position signal, so the mixer extrapolates in length.
@@ -41,7 +44,8 @@ from harness.recording import record, recording
 from harness.registry import register_mixer
 from mixers.protot_kernels import DEFAULT_CHUNK, KERNELS
 
-TAU_EPS = 1e-6
+TAU_EPS = 2e-6
+"""Added to |tau| before dividing the gate logits: the released layer's 1e-6, applied twice (docs/faithfulness.md)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class ProtoTConfig:
 
 @register_mixer("protot", config=ProtoTConfig)
 class ProtoT(Mixer):
+    version = 2  # 2: value conv without bias, temperature epsilon 2e-6, as released (docs/faithfulness.md)
     kernels = ("recurrent", "chunked")
     length_extrapolation = True
     intervention_modes = ("write-mask", "read-mask", "reinit")
@@ -101,7 +106,7 @@ class ProtoT(Mixer):
             self.tau_read = nn.Parameter(torch.tensor(cfg.tau_init))
             nn.init.normal_(self.read_query.weight, 0.0, 0.02)
         if self.has_conv:
-            self.conv = nn.Conv1d(self.value_dim, self.value_dim, cfg.conv_width, groups=self.value_dim)
+            self.conv = nn.Conv1d(self.value_dim, self.value_dim, cfg.conv_width, groups=self.value_dim, bias=False)
         self._write_mask: torch.Tensor | None = None
         self._read_mask: torch.Tensor | None = None
 
@@ -141,7 +146,7 @@ class ProtoT(Mixer):
         if self.has_conv:
             history = state["conv"] if state is not None else values.new_zeros(B, self.cfg.conv_width - 1, self.value_dim)
             padded = torch.cat([history, values], dim=1)
-            smoothed = F.conv1d(padded.transpose(1, 2), self.conv.weight, self.conv.bias, groups=self.value_dim)
+            smoothed = F.conv1d(padded.transpose(1, 2), self.conv.weight, groups=self.value_dim)
             conv_tail = padded[:, padded.shape[1] - (self.cfg.conv_width - 1) :]
             values = 0.5 * values + 0.5 * smoothed.transpose(1, 2)
 

@@ -369,11 +369,11 @@ def test_masking_every_unit_of_a_layer_equals_a_zero_mixer_output(tiny_protot, t
 def protot_by_hand(mixer, x: torch.Tensor, masked: int) -> torch.Tensor:
     """A ProtoT layer with its own read gate from PAPERS.md's equations, one position at a time, with prototype
     ``masked`` removed from the write softmax (the other R-1 renormalise). A conv layer smooths the values:
-    v_t <- v_t / 2 + (b + sum_i w_i v_{t-4+i}) / 2, zeros before the start."""
+    v_t <- v_t / 2 + (sum_i w_i v_{t-4+i}) / 2 (no bias, as released), zeros before the start."""
     P = mixer.prototypes.detach().double()
     R = P.shape[0]
     beta = torch.sigmoid(mixer.beta_logit.detach().double())
-    tau_w, tau_r = mixer.tau_write.detach().double().abs() + 1e-6, mixer.tau_read.detach().double().abs() + 1e-6
+    tau_w, tau_r = mixer.tau_write.detach().double().abs() + 2e-6, mixer.tau_read.detach().double().abs() + 2e-6
     V, U, W = (m.weight.detach().double() for m in (mixer.value, mixer.out, mixer.read_query))
     alpha = mixer.alpha.detach().double()
     x = x.double()
@@ -383,10 +383,10 @@ def protot_by_hand(mixer, x: torch.Tensor, masked: int) -> torch.Tensor:
         raw = [V @ x[b, t] for t in range(x.shape[1])]
         values = raw
         if mixer.has_conv:
-            w, bias = mixer.conv.weight.detach().double()[:, 0], mixer.conv.bias.detach().double()
+            w = mixer.conv.weight.detach().double()[:, 0]  # no bias, as released
             values = []
             for t in range(x.shape[1]):
-                conv = bias.clone()
+                conv = torch.zeros_like(raw[t])
                 for i in range(width):
                     s = t - (width - 1) + i
                     if s >= 0:

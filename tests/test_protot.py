@@ -18,14 +18,14 @@ def direct_protot(layer: ProtoT, x: torch.Tensor) -> torch.Tensor:
     p = {n: t.detach().double() for n, t in layer.named_parameters()}
     x = x.double()
     P = p["prototypes"]
-    pi = ((x @ P.T) / (p["tau_write"].abs() + 1e-6)).softmax(-1)
+    pi = ((x @ P.T) / (p["tau_write"].abs() + 2e-6)).softmax(-1)
     if layer.shared_routing:
         rho = pi
     else:
-        rho = ((x @ p["read_query.weight"].T @ P.T) / (p["tau_read"].abs() + 1e-6)).softmax(-1)
+        rho = ((x @ p["read_query.weight"].T @ P.T) / (p["tau_read"].abs() + 2e-6)).softmax(-1)
     v = x @ p["value.weight"].T
     if layer.has_conv:
-        w, b = p["conv.weight"], p["conv.bias"]  # [m, 1, width]
+        w = p["conv.weight"]  # [m, 1, width]; no bias, as released
         width = w.shape[-1]
         conv = torch.zeros_like(v)
         for t in range(v.shape[1]):
@@ -33,7 +33,7 @@ def direct_protot(layer: ProtoT, x: torch.Tensor) -> torch.Tensor:
                 src = t - (width - 1) + j
                 if src >= 0:
                     conv[:, t] += w[:, 0, j] * v[:, src]
-        v = 0.5 * v + 0.5 * (conv + b)
+        v = 0.5 * v + 0.5 * conv
     beta = torch.sigmoid(p["beta_logit"])
     B, T, _ = x.shape
     out = torch.zeros(B, T, v.shape[-1], dtype=torch.float64)
@@ -54,7 +54,7 @@ def direct_protot(layer: ProtoT, x: torch.Tensor) -> torch.Tensor:
 def make_layer(layer_idx: int, d: int = 16, R: int = 4, betas=None) -> ProtoT:
     layer = ProtoT(ProtoTConfig(n_prototypes=R), d, layer_idx, n_layers=4)
     with torch.no_grad():
-        for param in layer.parameters():  # make every parameter matter (conv bias and alpha start trivial)
+        for param in layer.parameters():  # make every parameter matter (alpha starts trivial)
             param.add_(torch.randn_like(param) * 0.1)
         if betas is not None:
             layer.beta_logit.copy_(torch.logit(torch.tensor(betas)))
