@@ -125,6 +125,11 @@ class Mixer(nn.Module):
     def units(self) -> list[Unit]:
         return []
 
+    def chunk_lengths(self) -> tuple[int, ...]:
+        """Chunk lengths of the kernels this layer runs, so the conformance gate tests sequences that straddle
+        every chunk boundary (it always adds 16, 32 and 64). Override when a kernel chunks at other lengths."""
+        return ()
+
     def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
         """The mixer's core kernel on synthetic inputs of this shape, with its FLOP count, so the throughput suite
         can report the fraction of the matmul peak it reaches; ``None`` when the mixer has no kernel of its own
