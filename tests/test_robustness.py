@@ -18,13 +18,15 @@ from harness.errors import ConfigError, MixbenchError
 from harness.evaluate import evaluate
 from harness.registry import SUITES
 from harness.results import ResultsStore
+from harness.stats import cluster_bootstrap
 from suites.robustness import PERTURBATIONS, Pair, PairSetSpec, RobustnessConfig, build_pairs, load_pairs, perturb
 from suites.robustness.families import keyboard_typos
 from suites.robustness.lexicons import DATA_FILES, data_path, misspellings, wordnet, wordnet_root
 from suites.robustness.metrics import average_ranks, jsd, spearman_union, top1_agreement, topk_overlap
-from suites.robustness.pairs import dumps, held_out_sentences, save_pairs
+from suites.robustness.pairs import duplicate_counts, dumps, held_out_sentences, pair_key, save_pairs
 from suites.robustness.perturbations import get_perturbation
 from suites.robustness.scoring import score_pairs
+from suites.robustness.suite import SliceClusters
 
 try:
     import scipy.spatial.distance
@@ -402,6 +404,9 @@ def test_suite_end_to_end_on_both_mixers(protot_checkpoint, attention_checkpoint
     assert info["protot"]["pairs"]["source"] == info["attention"]["pairs"]["source"]  # built once, reused
     assert Path(info["protot"]["pairs"]["source"]).is_file()
     assert info["protot"]["pairs"]["per_slice"] == {s: 6 for s in PERTURBATIONS}
+    assert info["protot"]["pairs"]["unique_per_slice"] == {s: 6 for s in PERTURBATIONS}  # built pairs never repeat
+    assert info["protot"]["pairs"]["duplicates"]["total"] == {"lines": 6 * len(PERTURBATIONS),
+                                                              "unique": 6 * len(PERTURBATIONS), "duplicate_rate": 0.0}
     assert info["protot"]["routing"] and not info["attention"]["routing"]
     metrics = {name: {m.name: m for m in r.metrics} for name, r in records.items()}
     for name, ms in metrics.items():
@@ -420,6 +425,81 @@ def test_suite_end_to_end_on_both_mixers(protot_checkpoint, attention_checkpoint
     assert {"original", "perturbed", "edits", "jsd_final", "next_original"} <= set(samples[0])
     headline = set(SUITES.get("robustness").cls.headline)
     assert headline - set(metrics["protot"]) == set()
+
+
+def test_pair_keys_and_duplicate_counts():
+    a = Pair("1", "synonym", "I live in a big house.", "I live in a large house.")
+    again = Pair("2", "synonym", a.original, a.perturbed, source="elsewhere")
+    other_slice = Pair("3", "typo", a.original, a.perturbed)
+    swapped = Pair("4", "synonym", a.perturbed, a.original)
+    assert pair_key(a) == pair_key(again) and pair_key(a).startswith("synonym/") and len(pair_key(a)) == 8 + 16
+    assert len({pair_key(a), pair_key(other_slice), pair_key(swapped)}) == 3
+    counts = duplicate_counts([a, again, again, other_slice, swapped])
+    assert counts["per_slice"] == {"synonym": {"lines": 4, "unique": 2, "duplicate_rate": 0.5},
+                                   "typo": {"lines": 1, "unique": 1, "duplicate_rate": 0.0}}
+    assert counts["total"] == {"lines": 5, "unique": 3, "duplicate_rate": 0.4}
+
+
+def test_slice_clusters_draw_what_cluster_bootstrap_draws():
+    """The suite's vectorised resampling of unique pairs gives cluster_bootstrap's replicates for the same seed."""
+    rng = np.random.default_rng(5)
+    keys = np.asarray([f"synonym/{i}" for i in rng.integers(0, 23, size=140)])  # 23 pairs, repeated unevenly
+    num, den = rng.random(140), (rng.random(140) > 0.2).astype(float)
+    num = num * den  # a NaN entry contributes nothing
+    clusters = SliceClusters.of(keys, 300, (0, 4))
+    ours = clusters.replicates(num, den, np.expm1)
+    ref = cluster_bootstrap([num, den], keys, lambda n, d: np.expm1(n.sum() / d.sum()), n_resamples=300, seed=(0, 4))
+    assert clusters.k == len(set(keys))
+    np.testing.assert_allclose(ours, ref.replicates, rtol=1e-12)
+    assert SliceClusters.of(keys[:1], 300, 0).replicates(num[:1], den[:1]) is None  # one pair: no interval
+
+
+def test_repeated_pairs_are_one_cluster_and_the_file_reports_its_duplicate_rate(attention_checkpoint, tmp_path,
+                                                                               capsys):
+    """Repeating every pair of a file ten times changes neither a number nor an interval (the cluster bootstrap
+    resamples unique pairs; a bootstrap over lines would narrow by ~sqrt(10)); n counts unique pairs; the score
+    carries one item per line, duplicates sharing the pair's id, whose weighted mean is the score."""
+    rows = [
+        {"slice": "synonym", "original": "I live in a big house.", "perturbed": "I live in a large house."},
+        {"slice": "synonym", "original": "The economy grows.", "perturbed": "The economy expands."},
+        {"slice": "synonym", "original": "She is very happy today.", "perturbed": "She is very glad today."},
+        {"slice": "typo", "original": "He walks home.", "perturbed": "He wlaks home."},
+        {"slice": "typo", "original": "We read the paper.", "perturbed": "We raed the paper."},
+        {"slice": "gender", "original": "He walks home.", "perturbed": "She walks home."},
+    ]
+    store = ResultsStore(tmp_path / "results")
+    records = {}
+    for copies in (1, 10):
+        path = tmp_path / f"bench{copies}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows * copies), encoding="utf-8")
+        out = evaluate(attention_checkpoint, "robustness", store, {"pairs_file": str(path), "bootstrap": 200},
+                       progress=False)
+        records[copies] = store.read_run(out.run_id)
+    printed = capsys.readouterr().err
+    assert "bench10.jsonl: 60 lines, 6 unique pairs (duplicate rate 90.0%" in printed and "synonym 3/30" in printed
+    assert "bench1.jsonl: 6 lines, 6 unique pairs (duplicate rate 0.0%" in printed
+    dup = records[10].manifest["suite_info"]["pairs"]["duplicates"]
+    assert dup["total"]["duplicate_rate"] == 0.9 and dup["per_slice"]["typo"] == {"lines": 20, "unique": 2,
+                                                                                  "duplicate_rate": 0.9}
+    once, ten = ({m.name: m for m in r.metrics} for r in (records[1], records[10]))
+    assert set(once) == set(ten)
+    for name, m in ten.items():
+        assert m.value == pytest.approx(once[name].value, rel=1e-12, abs=1e-15), name
+        assert m.n == once[name].n, name
+        if m.interval is not None:
+            assert m.interval.kind == "cluster-bootstrap", name
+            assert (m.interval.low, m.interval.high) == pytest.approx(
+                (once[name].interval.low, once[name].interval.high), rel=1e-9, abs=1e-12), name
+    assert ten["jsd_final/synonym"].n == 3 and ten["jsd_final/mean"].n == 5 and ten["jsd_final/gender"].n == 1
+    assert ten["jsd_final/mean"].interval is not None and ten["jsd_final/mean"].interval.low < ten["jsd_final/mean"].interval.high
+    items = ten["jsd_final/mean"].items
+    assert len(items) == 50 and len(set(items.ids)) == 5  # robustness slices only; ten lines per id
+    ids = {pair_key(Pair("", r["slice"], r["original"], r["perturbed"])) for r in rows if r["slice"] != "gender"}
+    assert set(items.ids) == ids and set(once["jsd_final/mean"].items.ids) == ids
+    w, v = np.asarray(items.weights), np.asarray(items.values)
+    assert float((w * v).sum() / w.sum()) == pytest.approx(ten["jsd_final/mean"].value, rel=1e-12)
+    per_pair = {i: x for i, x in zip(items.ids, items.values, strict=True)}  # duplicates carry the same value
+    assert all(per_pair[i] == x for i, x in zip(items.ids, items.values, strict=True))
 
 
 def test_suite_scores_a_user_pair_file(attention_checkpoint, tmp_path):

@@ -8,11 +8,15 @@ perturbation is drawn from (seed, family, sentence id), and lines are written wi
 ``pairs_per_slice`` extends a smaller set (same prefix).
 
 A user's own file (the ProtoT paper's ``perturbation_benchmark_clean.jsonl`` has this shape) is JSON Lines with
-string fields ``slice``, ``original`` and ``perturbed`` (optional ``id``; other fields are ignored).
+string fields ``slice``, ``original`` and ``perturbed`` (optional ``id``; other fields are ignored). Such a file may
+repeat pairs (the paper's has 70 unique pairs in 500 synonym lines, 21 in 500 abbreviation lines): every line is
+scored and counted in the point estimates, but a pair's identity is :func:`pair_key` (slice and texts), intervals
+resample unique pairs and :func:`duplicate_counts` reports the duplicate rate (docs/faithfulness.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Iterable
@@ -107,6 +111,29 @@ def build_pairs(sentences: list[Sentence], spec: PairSetSpec, progress: bool = F
             pairs.append(Pair(f"{name}/{sentence.id}", name, sentence.text, result.text, sentence.id, result.edits))
             kept += 1
     return pairs
+
+
+def pair_key(pair: Pair) -> str:
+    """A stable id of the unique pair: ``<slice>/<16 hex of sha256(original NUL perturbed)>``. Repeated lines of
+    a pair file share it (one cluster in the intervals, one item in paired comparisons across mixers)."""
+    digest = hashlib.sha256(f"{pair.original}\0{pair.perturbed}".encode()).hexdigest()[:16]
+    return f"{pair.slice}/{digest}"
+
+
+def duplicate_counts(pairs: Iterable[Pair]) -> dict[str, Any]:
+    """``{"per_slice": {slice: counts}, "total": counts}`` (slices in order of appearance), counts being lines,
+    unique pairs and the duplicate rate 1 - unique / lines."""
+    lines: dict[str, int] = {}
+    unique: dict[str, set[str]] = {}
+    for p in pairs:
+        lines[p.slice] = lines.get(p.slice, 0) + 1
+        unique.setdefault(p.slice, set()).add(pair_key(p))
+
+    def counts(n: int, u: int) -> dict[str, Any]:
+        return {"lines": n, "unique": u, "duplicate_rate": round(1.0 - u / n, 6) if n else 0.0}
+
+    return {"per_slice": {s: counts(n, len(unique[s])) for s, n in lines.items()},
+            "total": counts(sum(lines.values()), sum(len(u) for u in unique.values()))}
 
 
 def dumps(pairs: Iterable[Pair]) -> bytes:

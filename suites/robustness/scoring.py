@@ -139,10 +139,11 @@ def score_pairs(model, tokenizer, pairs: list[Pair], batch_size: int, top_k: int
         recorder = Recorder(set(ROUTING)) if wants_routing else None
         with recorder if recorder is not None else contextlib.nullcontext():
             logits, _ = model(batch.to(device))
-        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
+        logits = logits.float().cpu()
+        logp = torch.log_softmax(logits, dim=-1)
         gates = _gates(recorder, len(model.mixers))
         out.routing = out.routing or bool(gates)
-        _score_group(out, pairs, group, ids, row, logp, gates, top_k)
+        _score_group(out, pairs, group, ids, row, logits, logp, gates, top_k)
         bar.update(len(group))
     bar.close()
     return out
@@ -160,8 +161,20 @@ def _gates(recorder: Recorder | None, n_layers: int) -> dict[str, list[torch.Ten
     return found
 
 
-def _score_group(out: Scores, pairs, group, ids, row, logp, gates, top_k) -> None:
-    """Fill ``out`` for the pairs ``group`` from the batch's log-probabilities ``logp [B, T, V]``."""
+def _log_prob64(logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor,
+                chunk: int = 512) -> torch.Tensor:
+    """log p(token) at (row, position) in float64. ``nll_delta`` is a small difference of two sums of ~5-nat
+    log-probabilities; float32 log-softmax rounds each term by ~1e-7 relative, which alone moved it by 1e-6 nats
+    (3e-4 relative) on a 10-token suffix, so these terms are normalised in float64 from the logits."""
+    out = torch.empty(len(rows), dtype=torch.float64)
+    for s in range(0, len(rows), chunk):
+        picked = logits[rows[s : s + chunk], positions[s : s + chunk]].double()
+        out[s : s + chunk] = picked.gather(-1, tokens[s : s + chunk, None])[:, 0] - picked.logsumexp(-1)
+    return out
+
+
+def _score_group(out: Scores, pairs, group, ids, row, logits, logp, gates, top_k) -> None:
+    """Fill ``out`` for the pairs ``group`` from the batch's ``logits`` and log-probabilities ``logp [B, T, V]``."""
     idx = np.asarray(group)
     layout = []  # (row of the original, row of the perturbed, their lengths, common suffix length, original ids)
     for i in group:
@@ -188,7 +201,7 @@ def _score_group(out: Scores, pairs, group, ids, row, logp, gates, top_k) -> Non
     ).reshape(-1, 6)  # fmt: skip
     if len(targets):
         k, t = targets[:, 0], torch.from_numpy(targets)
-        delta = logp[t[:, 1], t[:, 2], t[:, 5]].double() - logp[t[:, 3], t[:, 4], t[:, 5]].double()  # nats
+        delta = _log_prob64(logits, t[:, 1], t[:, 2], t[:, 5]) - _log_prob64(logits, t[:, 3], t[:, 4], t[:, 5])
         out.nll_delta[idx] = np.bincount(k, delta.numpy(), minlength=len(group))
         out.suffix_tokens[idx] = np.bincount(k, minlength=len(group))
 

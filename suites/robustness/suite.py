@@ -19,13 +19,25 @@ built once per corpus and cached, see :mod:`suites.robustness.pairs`) or from a 
   record ProtoT's gates).
 
 Directions: on robustness slices less change is better; on sensitivity slices (attribute flips) the change metrics
-are reversed, since noticing the flip is the expected behaviour; ``dppl`` is lower-is-better everywhere. CIs are
-percentile bootstraps over pairs, resampled within each slice (aggregates use the same replicates).
+are reversed, since noticing the flip is the expected behaviour; ``dppl`` is lower-is-better everywhere.
+
+Intervals are cluster bootstraps over *unique* (original, perturbed) pairs, resampled within each slice: a pair file
+may repeat a pair many times (the ProtoT paper's repeats synonym pairs 7x on average), and a bootstrap over lines
+would overstate the sample size that much. Point estimates still count every line; a metric's ``n`` is the number
+of unique pairs; the run's info records lines and unique pairs per slice, and an imported file's duplicate rate is
+printed. Every statistic of a slice uses the same cluster draws (:class:`SliceClusters`: exactly the draws and
+replicates of :func:`harness.stats.cluster_bootstrap` for the same seed, computed from per-pair sums in one
+vectorised step instead of its per-replicate loop, which costs ~100 s at the default size), so the aggregates
+(mean / worst / sensitivity over slices) reduce the slices' replicates draw by draw. The score
+``jsd_final/mean`` carries per-pair items (id :func:`~suites.robustness.pairs.pair_key`, value the pair's JSD,
+weight 1 / lines of its slice) for paired comparisons across mixers. See docs/faithfulness.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +49,9 @@ from harness.config import as_tuple
 from harness.data import SPLITS, default_cache_dir
 from harness.errors import ConfigError
 from harness.registry import register_suite
-from harness.stats import percentile_interval, resample_indices
-from harness.suite import Metric, Suite, SuiteContext, SuiteResult
-from suites.robustness.pairs import Pair, PairSetSpec, cached_pairs, load_pairs
+from harness.stats import Interval, percentile_interval, resample_indices
+from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
+from suites.robustness.pairs import Pair, PairSetSpec, cached_pairs, duplicate_counts, load_pairs, pair_key
 from suites.robustness.perturbations import PERTURBATIONS, check_names
 from suites.robustness.scoring import DISTANCE_BUCKETS, Scores, bucket_name, score_pairs
 
@@ -156,6 +168,7 @@ SCORE_STAT = "jsd_final"
 
 @register_suite("robustness", config=RobustnessConfig)
 class Robustness(Suite):
+    version: ClassVar[int] = 2  # 2: intervals cluster over unique pairs; dppl's NLL terms in float64
     headline: ClassVar[tuple[str, ...]] = (
         "jsd_final/mean", "jsd_final/worst", "jsd_after/mean", "top10/mean", "spearman/mean", "top1/mean",
         "top1/worst", "dppl/mean", "route_write/mean", "jsd_final/sensitivity",
@@ -180,6 +193,9 @@ class Robustness(Suite):
             raise ConfigError(
                 f"robustness: no pairs could be built from {list(cfg.splits)}; use other splits or slices."
             )
+        counts = duplicate_counts(pairs)
+        if cfg.pairs_file:
+            _print_duplicates(source, counts)
         scores = score_pairs(model, ctx.corpus.tokenizer, pairs, cfg.batch_size, cfg.top_k, ctx.progress)
         slices = list(dict.fromkeys(p.slice for p in pairs))
         kinds = {s: PERTURBATIONS[s].kind if s in PERTURBATIONS else "robustness" for s in slices}
@@ -189,6 +205,8 @@ class Robustness(Suite):
                 "source": str(source),
                 "built": not cfg.pairs_file,
                 "per_slice": {s: int(sum(1 for p in pairs if p.slice == s)) for s in slices},
+                "unique_per_slice": {s: c["unique"] for s, c in counts["per_slice"].items()},
+                "duplicates": counts,
                 "scored": int(scores.scored.sum()),
                 "skipped_longer_than_context": int((~scores.scored).sum()),
             },
@@ -203,35 +221,37 @@ class Robustness(Suite):
     # ------------------------------------------------------------------------------------------- metrics
     def _metrics(self, pairs: list[Pair], scores: Scores, slices, kinds) -> tuple[list[Metric], dict[str, str]]:
         cfg = self.cfg
-        rng = np.random.default_rng(cfg.seed)
+        keys = np.asarray([pair_key(p) for p in pairs])
         members = {
             s: np.flatnonzero([p.slice == s and ok for p, ok in zip(pairs, scores.scored, strict=True)]) for s in slices
         }
-        draws = {s: resample_indices(len(m), cfg.bootstrap, rng) if len(m) and cfg.bootstrap else None
-                 for s, m in members.items()}
         metrics: list[Metric] = []
         worst_of: dict[str, str] = {}
+        clusters = {s: SliceClusters.of(keys[m], cfg.bootstrap, (cfg.seed, i))  # per slice, shared by every stat
+                    for i, (s, m) in enumerate(members.items())}
         for stat in stats(cfg.top_k, scores.routing):
             num, den = stat.num(scores), stat.den(scores)
             values, reps, counts = {}, {}, {}
             for s in slices:
                 m = members[s]
-                counts[s] = int((den[m] > 0).sum())
+                counts[s] = len(set(keys[m][den[m] > 0]))  # unique pairs behind the number
                 if den[m].sum() <= 0:
                     continue
                 values[s] = float(stat.transform(num[m].sum() / den[m].sum()))
-                if draws[s] is not None:
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        reps[s] = stat.transform(num[m][draws[s]].sum(1) / den[m][draws[s]].sum(1))
+                interval = None
+                replicates = clusters[s].replicates(num[m], den[m], stat.transform)
+                if replicates is not None:
+                    reps[s] = replicates
+                    interval = _clustered(percentile_interval(replicates, cfg.confidence))
                 better = stat.higher_is_better != (stat.change and kinds[s] == "sensitivity")
-                interval = percentile_interval(reps[s], cfg.confidence) if s in reps else None
                 metrics.append(Metric(f"{stat.name}/{s}", values[s], better, interval=interval, n=counts[s],
                                       unit=stat.unit))
             if stat.aggregate:
-                metrics += self._aggregates(stat, values, reps, counts, kinds, worst_of)
+                items = _items(keys, members, scores.jsd_final, kinds) if stat.name == SCORE_STAT else None
+                metrics += self._aggregates(stat, values, reps, counts, kinds, worst_of, items)
         return metrics, worst_of
 
-    def _aggregates(self, stat: Stat, values, reps, counts, kinds, worst_of) -> list[Metric]:
+    def _aggregates(self, stat: Stat, values, reps, counts, kinds, worst_of, items=None) -> list[Metric]:
         out = []
         robust = [s for s in values if kinds[s] == "robustness"]
         sensitive = [s for s in values if kinds[s] == "sensitivity"]
@@ -246,12 +266,14 @@ class Robustness(Suite):
             value = float(reduce([values[s] for s in chosen]))
             interval = None
             if all(s in reps for s in chosen):
-                interval = percentile_interval(reduce(np.stack([reps[s] for s in chosen]), axis=0), self.cfg.confidence)
+                interval = _clustered(percentile_interval(reduce(np.stack([reps[s] for s in chosen]), axis=0),
+                                                          self.cfg.confidence))
             # the suite's score is the paper's headline, JSD of the final distribution averaged over slices; the
             # others restate it (top-k, rank agreement) or apply to some mixers only (routing shift)
             role = "score" if (stat.name, label) == (SCORE_STAT, "mean") else "diagnostic"
             out.append(Metric(f"{stat.name}/{label}", value, better, role=role, interval=interval,
-                              n=sum(counts[s] for s in chosen), unit=stat.unit))
+                              n=sum(counts[s] for s in chosen), unit=stat.unit,
+                              items=items if role == "score" else None))
             if label == "worst":
                 worst_of[stat.name] = next(s for s in chosen if values[s] == value)
         return out
@@ -293,6 +315,65 @@ class Robustness(Suite):
                     }
                 )
         return out
+
+
+@dataclass(frozen=True)
+class SliceClusters:
+    """A slice's unique pairs and the bootstrap draws over them, shared by every statistic of the slice.
+
+    The draws are ``resample_indices(k, n_resamples, seed)`` over the sorted unique keys, which is what
+    :func:`harness.stats.cluster_bootstrap` draws for the same seed; a statistic sum(num) / sum(den) of a
+    resample is then the same sum over per-pair totals (tested against ``cluster_bootstrap``)."""
+
+    inverse: np.ndarray  # the unique pair of each line
+    k: int
+    draws: np.ndarray | None  # [n_resamples, k]; None with fewer than 2 unique pairs or no resamples
+
+    @staticmethod
+    def of(keys: np.ndarray, n_resamples: int, seed) -> SliceClusters:
+        unique, inverse = np.unique(np.asarray([str(k) for k in keys]), return_inverse=True)
+        k = len(unique)
+        draws = resample_indices(k, n_resamples, seed) if k >= 2 and n_resamples > 0 else None
+        return SliceClusters(inverse, k, draws)
+
+    def replicates(self, num: np.ndarray, den: np.ndarray, transform: Callable = lambda x: x) -> np.ndarray | None:
+        """transform(sum num / sum den) per resample of unique pairs (each bringing all its lines)."""
+        if self.draws is None:
+            return None
+        n = np.bincount(self.inverse, num, minlength=self.k)[self.draws].sum(1)
+        d = np.bincount(self.inverse, den, minlength=self.k)[self.draws].sum(1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return transform(n / d)
+
+
+def _clustered(interval: Interval | None) -> Interval | None:
+    """The percentile interval of an aggregate of cluster-bootstrap replicates is a cluster-bootstrap interval."""
+    return None if interval is None else dataclasses.replace(interval, kind="cluster-bootstrap")
+
+
+def _items(keys: np.ndarray, members: dict[str, np.ndarray], values: np.ndarray, kinds) -> ItemValues | None:
+    """Per-line items of ``<score>/mean``: the weighted mean (weights 1 / counted lines of the slice) is the mean
+    over robustness slices of each slice's mean, i.e. the metric itself; duplicated lines share their id."""
+    ids, vals, weights = [], [], []
+    for s, m in members.items():
+        if kinds[s] != "robustness":
+            continue
+        kept = m[np.isfinite(values[m])]
+        if not len(kept):
+            continue
+        ids += keys[kept].tolist()
+        vals += values[kept].tolist()
+        weights += [1.0 / len(kept)] * len(kept)
+    return ItemValues(tuple(ids), tuple(vals), tuple(weights)) if ids else None
+
+
+def _print_duplicates(source: Path, counts: dict) -> None:
+    """The duplicate rate of an imported pair file, on stderr (it is also recorded in the run's info)."""
+    total = counts["total"]
+    per_slice = ", ".join(f"{s} {c['unique']}/{c['lines']}" for s, c in counts["per_slice"].items())
+    print(f"[robustness] {source.name}: {total['lines']} lines, {total['unique']} unique pairs (duplicate rate "
+          f"{total['duplicate_rate']:.1%}; unique/lines per slice: {per_slice}); intervals resample unique pairs.",
+          file=sys.stderr, flush=True)
 
 
 def _number(x: float) -> float | None:
