@@ -52,18 +52,22 @@ from suites.interpretability.tokenspace import (
     protocol_cosine,
     theory_covariance,
 )
-from suites.interpretability.toy import OneHotAttention, train_toy, word_tokens
+from suites.interpretability.toy import UNK, OneHotAttention, toy_data, train_toy, word_tokens
 
 # ----------------------------------------------------------------------------------------------- basis functions
 
 
-def naive_basis(ids: list[list[int]], k: int) -> dict[str, np.ndarray]:
-    """The Addendum's definitions, one position at a time (pure Python; -1 = outside the vocabulary)."""
+def naive_basis(ids: list[list[int]], k: int, full_vocab: int | None = None) -> dict[str, np.ndarray]:
+    """The Addendum's definitions, one position at a time (pure Python; -1 = outside the vocabulary). Top-k
+    convention (``full_vocab`` None): centred by 1/k, zero when the target is outside the vocabulary; the paper's:
+    centred by 1/full_vocab, an outside target is a zero one-hot row (so -1/full_vocab in every column)."""
     N, T = len(ids), len(ids[0]) - 1
     nt = N * T
 
-    def r(y: int, a: int) -> float:  # centred target one-hot, zero when the target is outside the vocabulary
-        return 0.0 if y < 0 else float(y == a) - 1.0 / k
+    def r(y: int, a: int) -> float:
+        if full_vocab is None:
+            return 0.0 if y < 0 else float(y == a) - 1.0 / k
+        return float(y == a) - 1.0 / full_vocab
 
     B = np.zeros((k, k))
     Phi = np.zeros((k, k))
@@ -121,6 +125,53 @@ def test_basis_functions_match_a_direct_loop_on_a_tiny_corpus():
     assert ours.B[1, 0].item() == pytest.approx(expected, abs=1e-15)
 
 
+def test_paper_convention_matches_a_direct_loop_and_the_pythia_scripts_algebra():
+    ids = [
+        [0, 1, 2, 1, 0, 3, 1],
+        [2, 2, -1, 1, 3, 0, 0],
+        [3, 1, 0, -1, -1, 2, 1],
+    ]
+    k, V = 4, 11
+    ours = basis_functions(torch.tensor(ids), k, chunk=2, full_vocab=V)
+    ref = naive_basis(ids, k, full_vocab=V)
+    for name in ("B", "Sigma", "Phi", "Q", "Delta"):
+        np.testing.assert_allclose(getattr(ours, name).numpy(), ref[name], rtol=1e-12, atol=1e-15, err_msg=name)
+    # B by hand: every input position of token 1 is kept (an outside next token too) and centred by 1/V, not 1/k
+    n_pos = sum(1 for s in ids for t in range(len(s) - 1) if s[t] == 1)
+    to_zero = sum(1 for s in ids for t in range(len(s) - 1) if s[t] == 1 and s[t + 1] == 0)
+    assert ours.B[1, 0].item() == pytest.approx((to_zero - n_pos / V) / 18, abs=1e-15)
+    # the same statistics written as the released pythia.py forms them (dense one-hots over the k columns,
+    # r = y_onehot - 1/|V|, its B = r^T x / NT and its Q = x^T (J M)^T x with M^T = x G r^T): its B and Q are
+    # ours transposed (its Q also lacks the 1/NT)
+    x = torch.tensor(ids)[:, :-1]
+    y = torch.tensor(ids)[:, 1:]
+    X = F.one_hot(x.clamp(min=0), k).double() * (x >= 0)[..., None]
+    r = F.one_hot(y.clamp(min=0), k).double() * (y >= 0)[..., None] - 1.0 / V
+    T = x.shape[1]
+    A0 = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1, dtype=torch.float64)[:, None]
+    nt = x.numel()
+    B_script = sum(r[n].T @ X[n] for n in range(len(ids))) / nt
+    Phi_script = sum(r[n].T @ (A0 @ X[n]) for n in range(len(ids))) / nt
+    G_script = (B_script.T @ Phi_script).T @ B_script.T  # Phi^T B^T B: prefix x next
+    t = torch.arange(T, dtype=torch.float64)[:, None, None]
+    eye = torch.eye(T, dtype=torch.float64)[None]
+    inside = (torch.arange(T)[None, :, None] <= torch.arange(T)[:, None, None]) & (
+        torch.arange(T)[None, None, :] <= torch.arange(T)[:, None, None])
+    J = (eye / (t + 1) - 1.0 / (t + 1) ** 2) * inside  # softmax Jacobian at uniform attention over t+1 keys
+    Q_script = sum(X[n].T @ torch.einsum("tjk,tk->tj", J, (X[n] @ G_script @ r[n].T).T).T @ X[n]
+                   for n in range(len(ids)))
+    np.testing.assert_allclose(B_script.T.numpy(), ours.B.numpy(), atol=1e-15)
+    np.testing.assert_allclose(Phi_script.numpy(), ours.Phi.numpy(), atol=1e-15)
+    np.testing.assert_allclose(Q_script.T.numpy() / nt, ours.Q.numpy(), atol=1e-15)
+    # with no outside token and |V| = k the two conventions are the same definition
+    full = torch.tensor([[0, 1, 2, 1, 0, 3, 1], [2, 2, 0, 1, 3, 0, 0]])
+    a, b = basis_functions(full, k), basis_functions(full, k, full_vocab=k)
+    for name in ("B", "Phi", "Q", "Delta"):
+        torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="full_vocab"):
+        basis_functions(full, k, full_vocab=k - 1)
+
+
 def test_neighbours_read_the_largest_entries_of_a_row():
     m = torch.tensor([[5.0, 3.0, -1.0, 4.0], [0.0, 1.0, 2.0, 3.0]])
     assert neighbours(m, 0, 2) == [(0, 5.0), (3, 4.0)]
@@ -156,6 +207,28 @@ def test_toy_model_zero_init_gradients_are_the_leading_terms():
     # the loss at zero (uniform predictions) sums over in-vocabulary targets and divides by all N*T positions
     valid = int((ids[:, 1:] >= 0).sum())
     assert run.steps[-1]["loss"] < run.steps[0]["loss"] == pytest.approx(math.log(k) * valid / (N * T), abs=1e-12)
+
+
+def test_toy_paper_convention_maps_outside_words_to_one_unk_token():
+    texts = ["the cat sat on the mat . the dog sat on the cat , a bird flew over the mat and the dog ran off ."] * 3
+    k, T = 6, 7
+    paper = toy_data(texts, k, T, samples=4, seed=0, max_oov=0.5, unk=True)
+    top_k = toy_data(texts, k, T, samples=4, seed=0, max_oov=0.5, unk=False)
+    assert paper.vocab == top_k.vocab + [UNK] and len(paper.vocab) == k + 1
+    assert (top_k.ids < 0).any() and (paper.ids >= 0).all()  # the same chunks, -1 replaced by the UNK index
+    torch.testing.assert_close(paper.ids, torch.where(top_k.ids < 0, k, top_k.ids))
+    assert paper.oov_fraction == top_k.oov_fraction > 0
+    # on the in-vocabulary rows/columns, the UNK model's B and Phi are the paper's convention with |V| = k + 1
+    with_unk = basis_functions(paper.ids, k + 1)
+    restricted = basis_functions(top_k.ids, k, full_vocab=k + 1)
+    torch.testing.assert_close(with_unk.B[:k, :k], restricted.B, rtol=0, atol=1e-15)
+    torch.testing.assert_close(with_unk.Phi[:k, :k], restricted.Phi, rtol=0, atol=1e-15)
+    # and its zero-init gradients are its basis functions: every position counts, the loss at zero is log |V|
+    model = OneHotAttention(k + 1, T, torch.float64)
+    loss = model.loss(paper.ids)
+    loss.backward()
+    np.testing.assert_allclose(model.W_O.grad.numpy(), -with_unk.B.numpy(), atol=1e-14)
+    assert float(loss.detach()) == pytest.approx(math.log(k + 1), abs=1e-12)
 
 
 def test_word_tokens_follow_the_papers_tokenizer():
@@ -558,10 +631,12 @@ def test_config_is_validated():
     assert not InterpConfig().judge_url and "toy" not in InterpConfig().parts  # judge and toy are opt-in
     for bad in ({"parts": "units,magic"}, {"parts": ""}, {"profile_splits": "train"}, {"sae_k": 600},
                 {"n_contexts": 1}, {"target_unit": "2-7"}, {"judge_url": "ftp://x", "judge_model": "m"},
-                {"judge_url": "http://x"}, {"era_bounds": "1900,1800"}, {"toy_lrs": "0"}, {"window": 1}):
+                {"judge_url": "http://x"}, {"era_bounds": "1900,1800"}, {"toy_lrs": "0"}, {"window": 1},
+                {"basis_convention": "mine"}):
         with pytest.raises(ConfigError):
             InterpConfig(**bad)
     assert InterpConfig(**QUICKSTART).parts == ("units", "null", "coverage", "interventions")
+    assert InterpConfig().basis_convention == "paper" and InterpConfig(basis_convention="top-k")
 
 
 SMALL = ["profile_tokens=2048", "window=64", "intervene_tokens=2048", "concept_windows=3", "concept_window=32",
@@ -612,7 +687,8 @@ def test_cli_end_to_end_reaches_the_leaderboard_and_writes_cards(protot_checkpoi
         assert 0 <= metrics["dead_frac"] <= 1 and -1 <= metrics["coherence"] <= 1
         assert "coherence_null" in metrics and "coverage_null" in metrics and "coherence_random" in metrics
         assert "basis_resid_cos" in metrics and "basis_bigram_cos" in metrics and "basis_embedding_cos_init" in metrics
-        assert "basis_kq_cos" in metrics
+        assert "basis_kq_cos" in metrics and "basis_kq_query_cos" in metrics  # paper's orientation, query rows
+        assert info["basis"]["convention"] == "paper" and info["basis"]["full_vocab"] > info["basis"]["vocab"]
         if mixer == "protot":
             assert "half_life_median" in metrics and "rw_lag_median" in metrics
             assert {"write-mask", "read-mask", "reinit"} == set(info["interventions"]["modes"])

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from harness.data import SPLITS
 from harness.errors import ConfigError
 
+#: how the basis functions and the toy treat tokens outside the top-k vocabulary (docs/faithfulness.md):
+#: "paper" as the released scripts (centre by 1/|full vocabulary|, keep those positions; toy: one UNK token),
+#: "top-k" the earlier convention (centre by 1/k, drop those targets; toy: zero input, ignored target)
+BASIS_CONVENTIONS = ("paper", "top-k")
 #: what a run can do; "toy" (minutes of CPU) is opt-in
 PARTS = ("units", "null", "sae", "coverage", "interventions", "basis", "toy")
 DEFAULT_PARTS = ("units", "null", "sae", "coverage", "interventions", "basis")
@@ -82,6 +86,7 @@ class InterpConfig:
     basis_sequences: int = 256
     basis_len: int = 128  # T of the basis windows (the Pythia protocol's 128)
     basis_checkpoints: tuple[str, ...] = ()  # more checkpoints of the same model (kept snapshots) to compare
+    basis_convention: str = "paper"  # one of BASIS_CONVENTIONS; applies to the basis part and the toy
     # --- the toy reproduction (part "toy")
     toy_vocab: int = 3000
     toy_len: int = 200
@@ -132,6 +137,9 @@ class InterpConfig:
             raise ConfigError("interpretability: sae_k and sae_units must be <= sae_features.")
         if list(self.era_bounds) != sorted(set(self.era_bounds)):
             raise ConfigError(f"interpretability: era_bounds must be increasing years, got {list(self.era_bounds)}.")
+        if self.basis_convention not in BASIS_CONVENTIONS:
+            raise ConfigError(f"interpretability: basis_convention must be one of {', '.join(BASIS_CONVENTIONS)}, "
+                              f"got '{self.basis_convention}'.")
         if not self.toy_lrs or any(lr <= 0 for lr in self.toy_lrs):
             raise ConfigError(f"interpretability: toy_lrs must be positive learning rates, got {list(self.toy_lrs)}.")
         if not 0 <= self.toy_max_oov < 1:

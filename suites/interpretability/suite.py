@@ -61,6 +61,7 @@ def _role(name: str) -> str:
 
 @register_suite("interpretability", config=InterpConfig)
 class Interpretability(Suite):
+    version: ClassVar[int] = 2  # 2: basis/toy in the paper's convention, key-query in its orientation
     headline: ClassVar[tuple[str, ...]] = (
         "coherence", "themes", "token_entropy", "coverage", "dead_frac", "dprob_mean/target",
     )
@@ -380,15 +381,27 @@ class _Run:
 
     # ------------------------------------------------------------------ basis functions
     def _basis(self) -> None:
+        """The Pythia protocol (:mod:`.tokenspace`) against the basis functions in ``basis_convention``.
+
+        Key-query, two orientations of the theory side (docs/faithfulness.md): ``basis_kq_cos`` is the paper's
+        (``pythia.py`` compares the model's query x key map E A E^T with the row covariance of its Q-bar, which
+        is Q^T: rows = key token); ``basis_kq_query_cos`` compares it with Q itself (rows = query token, the
+        orientation of the model's map)."""
         cfg = self.cfg
         vocab = top_vocabulary(self.ctx.corpus, cfg.basis_vocab)
         ids = basis_windows(self.ctx.corpus, vocab, cfg.basis_sequences, cfg.basis_len, cfg.seed)
-        b = basis_mod.basis_functions(ids, len(vocab))
-        theory = {"resid": tokenspace.theory_covariance(b.value_term), "kq": tokenspace.theory_covariance(b.Q),
-                  "bigram": tokenspace.theory_covariance(b.B), "embedding": tokenspace.theory_covariance(b.B.T)}
+        full_vocab = self.tok.vocab_size if cfg.basis_convention == "paper" else None
+        b = basis_mod.basis_functions(ids, len(vocab), full_vocab=full_vocab)
+        theory = {"resid": tokenspace.theory_covariance(b.value_term), "kq": tokenspace.theory_covariance(b.Q.T),
+                  "kq_query": tokenspace.theory_covariance(b.Q), "bigram": tokenspace.theory_covariance(b.B),
+                  "embedding": tokenspace.theory_covariance(b.B.T)}
         theory["mixer"] = theory["resid"]
+        actual_of = {"resid": "resid", "mixer": "mixer", "kq": "kq", "kq_query": "kq"}  # per-layer map compared
         self.info["basis"] = {"vocab": len(vocab), "sequences": cfg.basis_sequences, "length": cfg.basis_len,
+                              "convention": cfg.basis_convention, "full_vocab": full_vocab,
                               "oov_fraction": float((ids < 0).float().mean()),
+                              "orientation": {"basis_kq_cos": "paper (pythia.py): theory Q^T, rows = key token",
+                                              "basis_kq_query_cos": "theory Q, rows = query token"},
                               "neighbours": self._neighbours(b, vocab)}
         models = [("", self.model, None), ("_init", getattr(self, "null_model", None) or self._init_model(), 0)]
         for path in cfg.basis_checkpoints:
@@ -401,15 +414,16 @@ class _Run:
             maps, model_maps, reason = tokenspace.token_maps(model, token_ids)
             if reason:
                 self._skip("basis_kq", reason)
-            per_layer = {kind: [tokenspace.protocol_cosine(layer[kind].cpu(), theory[kind]) for layer in maps]
-                         for kind in ("resid", "mixer", "kq") if kind in maps[0]}
+            per_layer = {kind: [tokenspace.protocol_cosine(layer[actual].cpu(), theory[kind]) for layer in maps]
+                         for kind, actual in actual_of.items() if actual in maps[0]}
             for kind, values in per_layer.items():
                 self._metric(f"basis_{kind}_cos{sfx}", float(np.mean(values)), True, "cosine", len(values))
             whole = {kind: tokenspace.protocol_cosine(m.cpu(), theory[kind]) for kind, m in model_maps.items()}
             for kind, value in whole.items():
                 self._metric(f"basis_{kind}_cos{sfx}", value, True, "cosine", len(vocab))
             self.samples.append({"kind": "basis", "model": sfx.lstrip("_") or "checkpoint", "step": step,
-                                 "per_layer": per_layer, **{f"{k}_cos": v for k, v in whole.items()}})
+                                 "convention": cfg.basis_convention, "per_layer": per_layer,
+                                 **{f"{k}_cos": v for k, v in whole.items()}})
 
     def _neighbours(self, b: basis_mod.Basis, vocab: np.ndarray, words: int = 8, k: int = 5) -> dict:
         """The paper's qualitative check: for the most frequent content words of the basis vocabulary, their top
@@ -432,9 +446,10 @@ class _Run:
     def _toy(self) -> None:
         cfg = self.cfg
         data = toy.toy_data([d.text for d in self.ctx.corpus.documents["train"]], cfg.toy_vocab, cfg.toy_len,
-                            cfg.toy_samples, cfg.seed, cfg.toy_max_oov)
-        b = basis_mod.basis_functions(data.ids, len(data.vocab))
-        self.info["toy"] = {"vocab": len(data.vocab), "length": cfg.toy_len, "samples": cfg.toy_samples,
+                            cfg.toy_samples, cfg.seed, cfg.toy_max_oov, unk=cfg.basis_convention == "paper")
+        b = basis_mod.basis_functions(data.ids, len(data.vocab))  # with UNK, no -1: both conventions agree
+        self.info["toy"] = {"vocab": len(data.vocab), "convention": cfg.basis_convention, "length": cfg.toy_len,
+                            "samples": cfg.toy_samples,
                             "chunks_available": data.chunks_available, "chunks_total": data.chunks_total,
                             "oov_fraction": data.oov_fraction, "steps": cfg.toy_steps, "lrs": list(cfg.toy_lrs)}
         runs = []

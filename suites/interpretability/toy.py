@@ -12,11 +12,16 @@ C(s,2) eta^2 and 3C(s,4)+2C(s,3) eta^4 after s steps).
 
 Data: the paper's tokens (lower-cased words, punctuation marks and digits) of the training documents; the top
 ``vocab`` tokens form the vocabulary; each document is cut into consecutive chunks of T+1 tokens and ``samples``
-chunks are drawn (seeded) from those with at most ``max_oov`` out-of-vocabulary tokens. The paper keeps only
-chunks with none, which TinyStories allows; the embedded corpus does not (its top 3000 words cover 88% of the
-text and 4 of its 25,801 chunks are fully covered), so an out-of-vocabulary token is a zero input and an ignored
-target here. That is still exactly the theory's model: its zero-init gradients are the basis functions with the
-same convention (tested against autograd), and chunks with few such tokens keep it close to the paper's data.
+chunks are drawn (seeded) from those with at most ``max_oov`` out-of-vocabulary tokens. The paper's
+``tiny-self-attn-natural.py`` keeps only stories with none, which TinyStories allows; the embedded corpus does not
+(its top 3000 words cover 88% of the text and 4 of its 25,801 chunks are fully covered). Two conventions for the
+words outside the vocabulary (docs/faithfulness.md):
+
+* ``paper`` (default): they all become one extra ``<unk>`` token, so the model has |V| = vocab + 1 and every
+  position is an ordinary one-hot input and target, as in ``tiny-self-attn-bpe.py`` (a BPE vocabulary with its own
+  ``<unk>``); the basis functions are then the paper's definition verbatim (centred by 1/|V|, all N*T positions).
+* ``top-k``: an outside word is a zero input and an ignored target; the zero-init gradients are then the basis
+  functions in :mod:`.basis`'s top-k convention. Both are exactly the theory's model (tested against autograd).
 
 Cost: one step is ~3 dense |V|^3 products (V W_O and its two gradients) plus N T^2 |V| for the attention
 read-out, so |V| = 3000, T = 200 costs a few seconds a step on one CPU core; the number of samples and steps is
@@ -48,27 +53,34 @@ def word_tokens(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+#: the token every word outside the vocabulary becomes in the paper's convention (not a possible word token)
+UNK = "<unk>"
+
+
 @dataclass(frozen=True)
 class ToyData:
-    ids: torch.Tensor  # [N, T+1] vocabulary indices
-    vocab: list[str]
+    ids: torch.Tensor  # [N, T+1] vocabulary indices (-1 = outside, top-k convention only)
+    vocab: list[str]  # ends with UNK in the paper's convention
     chunks_available: int  # chunks within the out-of-vocabulary limit, of which N were drawn
     chunks_total: int
-    oov_fraction: float  # of the drawn tokens
+    oov_fraction: float  # of the drawn tokens: words outside the top ``vocab_size`` (UNK or -1)
 
 
-def toy_data(texts: Iterable[str], vocab_size: int, length: int, samples: int, seed: int, max_oov: float) -> ToyData:
+def toy_data(texts: Iterable[str], vocab_size: int, length: int, samples: int, seed: int, max_oov: float,
+             unk: bool = True) -> ToyData:
+    """``unk``: the paper's convention (outside words -> one UNK token); False: the top-k one (-1)."""
     docs = [word_tokens(t) for t in texts]
     counts = Counter(tok for doc in docs for tok in doc)
     vocab = [tok for tok, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:vocab_size]]
     index = {tok: i for i, tok in enumerate(vocab)}
+    outside = len(vocab) if unk else -1
     span = length + 1
     chunks, total = [], 0
     for doc in docs:
         for s in range(0, len(doc) - span + 1, span):
             total += 1
-            ids = [index.get(tok, -1) for tok in doc[s : s + span]]
-            if ids.count(-1) <= max_oov * span:
+            ids = [index.get(tok, outside) for tok in doc[s : s + span]]
+            if ids.count(outside) <= max_oov * span:
                 chunks.append(ids)
     if len(chunks) < samples:
         raise MixbenchError(
@@ -77,7 +89,8 @@ def toy_data(texts: Iterable[str], vocab_size: int, length: int, samples: int, s
         )
     pick = np.sort(np.random.default_rng(seed).choice(len(chunks), size=samples, replace=False))
     ids = torch.tensor([chunks[i] for i in pick], dtype=torch.long)
-    return ToyData(ids, vocab, len(chunks), total, float((ids < 0).float().mean()))
+    oov = float((ids == outside).float().mean())
+    return ToyData(ids, vocab + [UNK] if unk else vocab, len(chunks), total, oov)
 
 
 class OneHotAttention(nn.Module):
