@@ -15,7 +15,7 @@ Faithfulness decisions (where the paper, the released code and the task text mee
   (half-life 6.6 tokens); alpha (one per layer) starts at 1.
 * Layers ``< conv_layers`` (0 and 1) smooth the value stream with a causal depthwise conv of width 5 and no bias
   (released: ``Conv1d(..., groups=C_v, bias=False)``): v <- 0.5 v + 0.5 conv(v); routing and reads use the raw
-  input. PyTorch's default bias would add a learnable offset that, at init, is ~10x the layer's own output.
+  input. PyTorch's default bias would add a learnable offset that, at init, is 3-4x the layer's own output norm.
 * Layers ``< shared_routing_layers`` (layer 0) read with the write gate itself (no W, no tau_r) and start
   tau_w at 3.0. A read mask there has no effect (the read gate *is* the write gate); a write mask masks both.
 * No positional embedding: the discount is the only position signal, so the mixer extrapolates in length.
