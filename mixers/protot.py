@@ -39,10 +39,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import Mixer, Unit
+from harness.mixer import KernelBenchmark, Mixer, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
-from mixers.protot_kernels import DEFAULT_CHUNK, KERNELS
+from mixers.protot_gla import triton_gla
+from mixers.protot_kernels import DEFAULT_CHUNK, KERNELS, kernel_benchmark
 
 TAU_EPS = 2e-6
 """Added to |tau| before dividing the gate logits: the released layer's 1e-6, applied twice (docs/faithfulness.md)."""
@@ -80,7 +81,7 @@ class ProtoTConfig:
 @register_mixer("protot", config=ProtoTConfig)
 class ProtoT(Mixer):
     version = 2  # 2: value conv without bias, temperature epsilon 2e-6, as released (docs/faithfulness.md)
-    kernels = ("recurrent", "chunked")
+    kernels = ("recurrent", "chunked", "gla")
     length_extrapolation = True
     intervention_modes = ("write-mask", "read-mask", "reinit")
 
@@ -112,7 +113,14 @@ class ProtoT(Mixer):
 
     # ------------------------------------------------------------------ contract
     def default_kernel(self, device: torch.device) -> str:
-        return "chunked"
+        """CPU: the chunked kernel; CUDA: fla's Triton GLA kernel where it imports (docs/protot_kernels.md)."""
+        return "gla" if torch.device(device).type == "cuda" and triton_gla() is not None else "chunked"
+
+    def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark:
+        """Forward + backward of this layer's kernel at its own decays, with the chunked algorithm's FLOPs."""
+        log_beta = F.logsigmoid(self.beta_logit.detach())
+        return kernel_benchmark(self.kernel, log_beta, self.cfg.mass_floor, self.cfg.chunk_size, self.value_dim,
+                                batch, seq_len, torch.device(device))
 
     def no_weight_decay(self) -> set[str]:
         return {"prototypes"}
@@ -158,7 +166,7 @@ class ProtoT(Mixer):
         else:
             sums0, mass0 = state["sums"], state["mass"]
         kernel = KERNELS[self.kernel]
-        kwargs = {"chunk": self.cfg.chunk_size} if self.kernel == "chunked" else {}
+        kwargs = {} if self.kernel == "recurrent" else {"chunk": self.cfg.chunk_size}
         mixed, sums, mass = kernel(writes, values, rho, log_beta, sums0, mass0, self.cfg.mass_floor, **kwargs)
         if recording():
             record(self.layer_idx, "write_gate", pi)

@@ -230,22 +230,3 @@ def test_bad_configs_fail_clearly():
 
 def test_no_weight_decay_on_prototypes():
     assert ProtoT(ProtoTConfig(), 16, 2, 4).no_weight_decay() == {"prototypes"}
-
-
-@pytest.mark.parametrize("chunk", [16, 32, 64])
-def test_factorised_scores_stay_finite_at_the_edge_of_their_budget(chunk):
-    """Decays just gentle enough for the split factors, with read weights at their maximum (1 / floor)."""
-    from mixers.protot_kernels import _exp_budget, chunk_size
-
-    B, T, R, m = 1, 3 * chunk, 4, 3
-    budget = _exp_budget(torch.float32, 1e-6, chunk, R)
-    lb = torch.full((R,), -0.999 * budget / (chunk // 2))
-    assert chunk_size(lb, chunk, T, 1e-6) == chunk  # the factorised path is taken at this chunk length
-    w = torch.zeros(B, T, R)
-    w[:, ::5] = 1e-3  # sparse, tiny writes keep the mass near the floor, so read weights approach 1e6
-    v, rho = torch.randn(B, T, m), torch.full((B, T, R), 1.0 / R)
-    zeros = (torch.zeros(B, R, m), torch.zeros(B, R))
-    got = prefix_mean_chunked(w, v, rho, lb, *zeros, 1e-6, chunk=chunk)
-    want = prefix_mean_recurrent(w.double(), v.double(), rho.double(), lb.double(), *(z.double() for z in zeros), 1e-6)
-    assert all(torch.isfinite(g).all() for g in got)
-    assert rel(got[0].double(), want[0]) <= 1e-5

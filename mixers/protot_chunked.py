@@ -1,0 +1,371 @@
+"""ProtoT's chunk-parallel prefix-mean kernel for CPUs: a few large batched matmuls and a written-out backward.
+
+It computes what ``protot_kernels.prefix_mean_recurrent`` defines (docs/protot_kernels.md): per channel k a
+decayed sum S of ``w v`` and a mass M of ``w``, read strictly before each write:
+``o_t = sum_k rho_tk S_{t-1,k} / max(M_{t-1,k}, floor)``. Positions are cut into chunks of C (64); all chunks
+are processed at once:
+
+* **state path**: each chunk's increment of the state, ``(w * beta^(C-1-s))^T v``, is one batched matmul; a loop
+  over the T/C chunks carries the states (sums and masses); every chunk reads its carried state with
+  ``(q * beta^t) @ H``, one batched matmul;
+* **inside a chunk**: masses ``sum_{s<t} beta^(t-1-s) w_s`` and scores ``A[t, s] = sum_k q_tk beta_k^(t-1-s)
+  w_sk`` (s < t), then ``A @ v``. For gentle decays ``beta^(t-1-s) = beta^(t-c) beta^(c-1-s)`` around the chunk
+  middle c makes both one matmul (masses: a shared strictly-lower matrix of ones; scores: ``Qf @ Kf^T``); both
+  factors stay within a dtype-aware budget (:func:`exp_budget`) and nothing is materialised per position.
+  Steeper decays split the chunk into 4 blocks: a block reads the earlier blocks through factors taken at its
+  own first position n_i (``beta^(t - n_i)``, ``beta^(n_i - 1 - s)``: exponents >= 0, safe for any decay) and
+  the blocks recurse (gentle again at 16 positions for beta >= ~0.02; down to single positions, which read
+  nothing, for beta = 1e-9). Every power of beta has a non-negative exponent or stays within the budget;
+  nothing divides by a power that can underflow.
+
+The backward is an ``autograd.Function``: it runs the same batched matmuls transposed, carries the state
+gradients with one reverse loop, recomputes the clamp and the decay tables instead of storing them, and gets the
+decay's gradient in closed form from per-position products with chunk-local positions t, s:
+``d log beta_k = sum_t t [q dq]_(M < floor) - sum_s (s + 1) w dw + sum_chunks C <H_end, dH_end>`` -- the
+lag-weighted sum over every (read, write) pair without forming the pairs (where the mass is not floored, the
+read weight's and the mass's dependence on the decay cancel, which is why only floored reads appear).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+#: blocks per split of a chunk whose decays are too steep for one factorised product
+SPLIT = 4
+
+
+def exp_budget(dtype: torch.dtype, floor: float, block: int, R: int) -> float:
+    """Largest |exponent| the two factors of a factorised block product may take in ``dtype``.
+
+    A discarded entry (s >= t) multiplies two factors of up to e^budget each, a read weight of up to 1/floor
+    and is summed over ``block * R`` terms; all of it must stay finite before it is masked out.
+    """
+    log_max = math.log(torch.finfo(dtype).max)
+    return (log_max - 4.0 - math.log(1.0 / floor) - math.log(block * R)) / 2
+
+
+def is_gentle(steepest: float, block: int, dtype: torch.dtype, floor: float, R: int) -> bool:
+    """Whether a block of ``block`` positions takes the factorised products for decays this steep (-log beta)."""
+    return steepest * (block // 2) <= exp_budget(dtype, floor, block, R)
+
+
+def _powers(exponents: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    """beta^e for a column of exponents e: one row per exponent, one column per channel."""
+    return torch.exp(exponents.to(log_beta.dtype).unsqueeze(-1) * log_beta)
+
+
+def _arange(n: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(n, device=like.device, dtype=like.dtype)
+
+
+def _mid(b: int, log_beta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The factorised decay around the block middle c: (beta^(t-c), beta^(c-1-s)), each [b, R]."""
+    idx = _arange(b, log_beta)
+    return _powers(idx - b // 2, log_beta), _powers(b // 2 - 1 - idx, log_beta)
+
+
+def _strictly_lower(b: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.ones(b, b, device=like.device, dtype=like.dtype).tril_(-1)
+
+
+class _Blocks:
+    """Inside-chunk masses and scores for decays too steep for one factorised product: split and recurse.
+
+    Tensors are [N, b, R] (N blocks of b positions). Every operation is linear in w (and in q), so each has
+    a transpose, which is its backward.
+    """
+
+    def __init__(self, log_beta: torch.Tensor, floor: float):
+        self.lb = log_beta
+        self.floor = floor
+        self.steepest = float(-log_beta.min()) if log_beta.numel() else 0.0
+
+    def gentle(self, b: int) -> bool:
+        return is_gentle(self.steepest, b, self.lb.dtype, self.floor, self.lb.numel())
+
+    def _split(self, b: int) -> tuple[int, int]:
+        k = min(SPLIT, b)
+        return k, b // k
+
+    # masses: M[t] = sum_{s<t} beta^(t-1-s) w[s]
+    def masses(self, w: torch.Tensor) -> torch.Tensor:
+        N, b, R = w.shape
+        if b == 1:
+            return torch.zeros_like(w)
+        if self.gentle(b):
+            pq, pk = _mid(b, self.lb)
+            return torch.matmul(_strictly_lower(b, w), w * pk).mul_(pq)
+        k, c = self._split(b)
+        out = self.masses(w.reshape(N * k, c, R)).view(N, k, c, R)
+        u = _arange(c, w)
+        ends = (w.view(N, k, c, R) * _powers(c - 1 - u, self.lb)).sum(2)  # each block's writes at its end
+        carried = torch.zeros_like(ends)  # mass entering block i from the blocks before it
+        step = torch.exp(c * self.lb)
+        for i in range(1, k):
+            torch.addcmul(ends[:, i - 1], carried[:, i - 1], step, out=carried[:, i])
+        return out.addcmul_(_powers(u, self.lb), carried[:, :, None, :]).view(N, b, R)
+
+    def masses_t(self, d: torch.Tensor) -> torch.Tensor:
+        """The transpose of :meth:`masses`: dw[s] = sum_{t>s} beta^(t-1-s) d[t]."""
+        N, b, R = d.shape
+        if b == 1:
+            return torch.zeros_like(d)
+        if self.gentle(b):
+            pq, pk = _mid(b, self.lb)
+            return torch.matmul(_strictly_lower(b, d).T, d * pq).mul_(pk)
+        k, c = self._split(b)
+        out = self.masses_t(d.reshape(N * k, c, R)).view(N, k, c, R)
+        u = _arange(c, d)
+        d_carried = (d.view(N, k, c, R) * _powers(u, self.lb)).sum(2)
+        step = torch.exp(c * self.lb)
+        d_ends = torch.zeros_like(d_carried)  # d_ends[i] = total gradient of carried[i + 1]
+        d_ends[:, k - 2] = d_carried[:, k - 1]
+        for i in range(k - 3, -1, -1):
+            torch.addcmul(d_carried[:, i + 1], d_ends[:, i + 1], step, out=d_ends[:, i])
+        return out.addcmul_(_powers(c - 1 - u, self.lb), d_ends[:, :, None, :]).view(N, b, R)
+
+    # scores: A[t, s] = sum_k q[t, k] beta_k^(t-1-s) w[s, k] for s < t, 0 elsewhere
+    def scores(self, q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        N, b, R = q.shape
+        if b == 1:
+            return q.new_zeros(N, 1, 1)
+        if self.gentle(b):
+            pq, pk = _mid(b, self.lb)
+            return torch.bmm(q * pq, (w * pk).transpose(1, 2)).tril_(-1)
+        k, c = self._split(b)
+        A = q.new_zeros(N, b, b)
+        qs = q * _powers(_arange(b, q) % c, self.lb)  # beta^(t - n_i): from the start of t's block
+        for i in range(1, k):
+            lo = i * c
+            ks = w[:, :lo] * _powers(lo - 1 - _arange(lo, q), self.lb)  # beta^(n_i - 1 - s), s < n_i
+            A[:, lo : lo + c, :lo] = torch.bmm(qs[:, lo : lo + c], ks.transpose(1, 2))
+        diag = self.scores(q.reshape(N * k, c, R), w.reshape(N * k, c, R))
+        A.view(N, k, c, k, c).diagonal(dim1=1, dim2=3).copy_(diag.view(N, k, c, c).permute(0, 2, 3, 1))
+        return A
+
+    def scores_t(self, dA: torch.Tensor, q: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients of q and w for a ``dA`` that is zero on and above the diagonal."""
+        N, b, R = q.shape
+        if b == 1:
+            return torch.zeros_like(q), torch.zeros_like(w)
+        if self.gentle(b):
+            pq, pk = _mid(b, self.lb)
+            return torch.bmm(dA, w * pk).mul_(pq), torch.bmm(dA.transpose(1, 2), q * pq).mul_(pk)
+        k, c = self._split(b)
+        pmod = _powers(_arange(b, q) % c, self.lb)
+        qs = q * pmod
+        dqs, dw = torch.zeros_like(q), torch.zeros_like(w)
+        for i in range(1, k):
+            lo = i * c
+            table = _powers(lo - 1 - _arange(lo, q), self.lb)
+            block = dA[:, lo : lo + c, :lo]
+            dqs[:, lo : lo + c] = torch.bmm(block, w[:, :lo] * table)
+            dw[:, :lo].add_(torch.bmm(block.transpose(1, 2), qs[:, lo : lo + c]).mul_(table))
+        ddiag = dA.view(N, k, c, k, c).diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2).reshape(N * k, c, c)
+        dq2, dw2 = self.scores_t(ddiag, q.reshape(N * k, c, R), w.reshape(N * k, c, R))
+        return dqs.mul_(pmod).add_(dq2.view(N, b, R)), dw.add_(dw2.view(N, b, R))
+
+
+class _Tables:
+    """Powers of beta for a chunk of C: beta^t (reading the carried state), beta^(C-1-s) (writes decayed to the
+    chunk's end), beta^C (one chunk's decay), and the same for a last chunk of ``last`` real positions."""
+
+    def __init__(self, log_beta: torch.Tensor, C: int, last: int):
+        idx = _arange(C, log_beta)
+        self.into = _powers(idx, log_beta)
+        self.to_end = _powers(C - 1 - idx, log_beta)
+        self.decay = torch.exp(C * log_beta)
+        self.last_to_end = _powers((last - 1 - idx).clamp(min=0), log_beta) * (idx < last)[:, None]
+        self.last_decay = torch.exp(last * log_beta)
+
+    def chunk_decay(self, j: int, n: int, padded: bool) -> torch.Tensor:
+        return self.last_decay if padded and j == n - 1 else self.decay
+
+
+class ChunkedPrefixMean(torch.autograd.Function):
+    """(w, v, rho, log_beta, S0, M0, floor, C) -> (o, S_T, M_T); see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, w, v, rho, log_beta, S0, M0, floor: float, C: int):
+        B, T, R = w.shape
+        m = v.shape[-1]
+        n = -(-T // C)
+        pad = n * C - T
+        if pad:  # zero writes and reads on the padded tail; the final state is taken at T (``_Tables.last_*``)
+            w, v, rho = (F.pad(t, (0, 0, 0, pad)) for t in (w, v, rho))
+        N = B * n
+        lb = log_beta.detach()
+        tab = _Tables(lb, C, C - pad)
+        blocks = _Blocks(lb, floor)
+        gentle = blocks.gentle(C)
+        w3, v3 = w.view(N, C, R), v.view(N, C, m)
+
+        # the state path: increments, then the carried states (before each chunk; the final one after the last)
+        to_end = w3 * tab.to_end
+        if pad:
+            to_end.view(B, n, C, R)[:, -1] = w.view(B, n, C, R)[:, -1] * tab.last_to_end
+        inc = torch.bmm(to_end.transpose(1, 2), v3).view(B, n, R, m)
+        inc_mass = to_end.sum(1).view(B, n, R)
+        before = w.new_empty(B, n, R, m)
+        mass_before = w.new_empty(B, n, R)
+        before[:, 0], mass_before[:, 0] = S0, M0
+        for j in range(n - 1):
+            torch.addcmul(inc[:, j], before[:, j], tab.decay[:, None], out=before[:, j + 1])
+            torch.addcmul(inc_mass[:, j], mass_before[:, j], tab.decay, out=mass_before[:, j + 1])
+        last = tab.chunk_decay(n - 1, n, bool(pad))
+        final = torch.addcmul(inc[:, -1], before[:, -1], last[:, None])
+        final_mass = torch.addcmul(inc_mass[:, -1], mass_before[:, -1], last)
+
+        # masses M_{t-1} (inside the chunk + carried), read weights q = rho / max(M, floor), scores A
+        if gentle:
+            pq, pk = _mid(C, lb)
+            Kf = w3 * pk
+            den = torch.matmul(_strictly_lower(C, w), Kf).mul_(pq)
+        else:
+            Kf = None
+            den = blocks.masses(w3)
+        den.view(B, n, C, R).addcmul_(tab.into, mass_before[:, :, None, :])
+        floored = (den < floor).nonzero(as_tuple=True)  # few positions (those before the first writes)
+        den.clamp_(min=floor)
+        q = rho.view(N, C, R) / den
+        if gentle:
+            Qf = q * pq
+            A = torch.bmm(Qf, Kf.transpose(1, 2)).tril_(-1)
+        else:
+            Qf = None
+            A = blocks.scores(q, w3)
+        q_into = q * tab.into
+        out = torch.bmm(A, v3).baddbmm_(q_into, before.view(N, R, m))
+
+        ctx.save_for_backward(w, v, q, den, Qf, Kf, q_into, A, to_end, before, mass_before, final, final_mass, lb,
+                              *floored)
+        ctx.meta = (floor, C, T, pad, gentle)
+        o = out.view(B, n * C, m)
+        return (o[:, :T] if pad else o), final, final_mass
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_final, d_final_mass):
+        with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # backward() may run under autocast
+            return ChunkedPrefixMean._backward(ctx, d_out, d_final, d_final_mass)
+
+    @staticmethod
+    def _backward(ctx, d_out, d_final, d_final_mass):
+        w, v, q, den, Qf, Kf, q_into, A, to_end, before, mass_before, final, final_mass, lb, *floored = (
+            ctx.saved_tensors
+        )
+        floor, C, T, pad, gentle = ctx.meta
+        B, TP, R = w.shape
+        m = v.shape[-1]
+        n = TP // C
+        N = B * n
+        tab = _Tables(lb, C, C - pad)
+        blocks = _Blocks(lb, floor)
+        w3, v3 = w.view(N, C, R), v.view(N, C, m)
+        if d_out is None:
+            d_out = v.new_zeros(B, T, m)
+        dO = (F.pad(d_out, (0, 0, 0, pad)) if pad else d_out.contiguous()).view(N, C, m)
+
+        # read side: scores and carried states -> gradient of the read weights q
+        dA = torch.bmm(dO, v3.transpose(1, 2)).tril_(-1)
+        if gentle:
+            pq, pk = _mid(C, lb)
+            dq = torch.bmm(dA, Kf).mul_(pq)
+        else:
+            dq, dw = blocks.scores_t(dA, q, w3)
+        dq.addcmul_(torch.bmm(dO, before.view(N, R, m).transpose(1, 2)), tab.into)
+
+        # through q = rho / max(M, floor); a floored mass gets no gradient. ``neg_dm`` is minus the masses' gradient.
+        d_rho = dq / den
+        neg_dm = d_rho * q
+        floored_q_dq = None
+        floored = tuple(floored)
+        if floored[0].numel():
+            floored_q_dq = neg_dm[floored] * den[floored]  # q dq there (den = floor), for the decay's gradient
+            neg_dm[floored] = 0.0
+
+        # gradients of the carried states, last chunk first
+        d_read = torch.bmm(q_into.transpose(1, 2), dO).view(B, n, R, m)
+        d_mass_read = (neg_dm * tab.into).sum(1).neg_().view(B, n, R)
+        d_after = torch.empty_like(before)  # d_after[:, j]: gradient of the state after chunk j
+        d_mass_after = torch.empty_like(d_mass_read)
+        d_after[:, -1] = 0 if d_final is None else d_final
+        d_mass_after[:, -1] = 0 if d_final_mass is None else d_final_mass
+        for j in range(n - 1, 0, -1):
+            decay = tab.chunk_decay(j, n, bool(pad))
+            torch.addcmul(d_read[:, j], d_after[:, j], decay[:, None], out=d_after[:, j - 1])
+            torch.addcmul(d_mass_read[:, j], d_mass_after[:, j], decay, out=d_mass_after[:, j - 1])
+        first = tab.chunk_decay(0, n, bool(pad))
+        d_S0 = torch.addcmul(d_read[:, 0], d_after[:, 0], first[:, None])
+        d_M0 = torch.addcmul(d_mass_read[:, 0], d_mass_after[:, 0], first)
+
+        # write side: scores, masses inside the chunk, state increments
+        after3 = d_after.view(N, R, m)
+        dv = torch.bmm(A.transpose(1, 2), dO).baddbmm_(to_end, after3)
+        d_to_end = torch.bmm(v3, after3.transpose(1, 2)).view(B, n, C, R).add_(d_mass_after[:, :, None, :])
+        if gentle:
+            dKf = torch.bmm(dA.transpose(1, 2), Qf)
+            dKf.sub_(torch.matmul(_strictly_lower(C, w).T, neg_dm.mul_(pq)))
+            dw = dKf.mul_(pk)
+        else:
+            dw.sub_(blocks.masses_t(neg_dm))
+        dw4 = dw.view(B, n, C, R)
+        if pad:
+            dw4[:, :-1].addcmul_(d_to_end[:, :-1], tab.to_end)
+            dw4[:, -1].addcmul_(d_to_end[:, -1], tab.last_to_end)
+        else:
+            dw4.addcmul_(d_to_end, tab.to_end)
+
+        # the decay: lag-weighted sum over all (read, write) pairs, from per-position products (module docstring)
+        idx = _arange(C, lb)
+        d_lb = -((idx + 1) @ (w3 * dw).sum(0))
+        if floored_q_dq is not None:
+            d_lb.index_put_((floored[2],), floored[1].to(lb.dtype) * floored_q_dq, accumulate=True)
+        lengths = torch.full((n,), float(C), dtype=lb.dtype, device=lb.device)
+        if pad:
+            lengths[-1] = C - pad
+        # <H_end, dH_end> per chunk: the state after chunk j is the one before chunk j + 1, the last is final
+        states = torch.empty(n, R, dtype=lb.dtype, device=lb.device)
+        states[:-1] = (before[:, 1:] * d_after[:, :-1]).sum((0, 3)) + (mass_before[:, 1:] * d_mass_after[:, :-1]).sum(0)
+        states[-1] = (final * d_after[:, -1]).sum((0, 2)) + (final_mass * d_mass_after[:, -1]).sum(0)
+        d_lb += lengths @ states
+
+        def unpad(t: torch.Tensor, width: int) -> torch.Tensor:
+            t = t.view(B, TP, width)
+            return t[:, :T] if pad else t
+
+        return unpad(dw, R), unpad(dv, m), unpad(d_rho, R), d_lb, d_S0, d_M0, None, None
+
+
+def prefix_mean_chunked(
+    w: torch.Tensor,
+    v: torch.Tensor,
+    rho: torch.Tensor,
+    log_beta: torch.Tensor,
+    S0: torch.Tensor,
+    M0: torch.Tensor,
+    floor: float,
+    chunk: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chunk-parallel kernel; same signature and numbers as ``protot_kernels.prefix_mean_recurrent``.
+
+    Half-precision inputs (autocast) are computed in float32 and the output is cast back.
+    """
+    T = w.shape[1]
+    if T == 0:
+        return v.new_zeros(v.shape), S0, M0
+    work = torch.promote_types(torch.promote_types(w.dtype, v.dtype), torch.float32)
+    with torch.autocast(w.device.type, enabled=False):
+        o, S, M = ChunkedPrefixMean.apply(
+            *(t.to(work) for t in (w, v, rho, log_beta, S0, M0)), floor, chunk_length(chunk, T)
+        )
+    return o.to(v.dtype), S, M
+
+
+def chunk_length(chunk: int, T: int) -> int:
+    """The chunk: the largest power of two <= ``chunk``, no longer than T rounded up to a power of two."""
+    C = 1 << (max(chunk, 1).bit_length() - 1)
+    return max(1, min(C, 1 << (max(T, 1) - 1).bit_length()))

@@ -1,0 +1,257 @@
+"""ProtoT's kernels (chunked CPU kernel, GLA mapping) against the recurrent definition in float64.
+
+The reference is ``prefix_mean_recurrent`` (the definition, one position at a time) run in float64; every
+comparison is max |a - b| / max |b| per tensor, outputs <= 1e-5 and gradients <= 1e-4 (fp32 kernels).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from harness.mixer import KernelBenchmark
+from mixers import parity, protot_chunked
+from mixers.protot import ProtoT, ProtoTConfig
+from mixers.protot_chunked import exp_budget, is_gentle, prefix_mean_chunked
+from mixers.protot_gla import decayed_cumsum, gla_inputs, gla_recurrent, prefix_mean_gla
+from mixers.protot_kernels import chunked_flops, prefix_mean_recurrent
+
+FLOOR = 1e-6
+BETAS = {
+    "gentle": [0.9] * 4,
+    "spread": [0.05, 0.3, 0.7, 0.99],
+    "steep": [1e-9, 1e-4, 0.3, 0.9],
+    "near-one": [0.9, 0.99, 1 - 1e-6, 0.999999],
+}
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b| (0 when both are exactly zero)."""
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp(min=1e-30)).item()
+
+
+def make_inputs(B: int, T: int, R: int, m: int, betas, seed: int = 0, write_scale: float = 0.3):
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.rand(B, T, R, generator=gen).softmax(-1) * write_scale
+    v = torch.randn(B, T, m, generator=gen)
+    rho = torch.rand(B, T, R, generator=gen).softmax(-1)
+    S0, M0 = torch.randn(B, R, m, generator=gen), torch.rand(B, R, generator=gen)
+    return w, v, rho, torch.log(torch.tensor(betas, dtype=torch.float64)).float(), S0, M0
+
+
+def outputs_and_grads(kernel, inputs, dtype=torch.float32, **kwargs):
+    """Kernel outputs (o, S_T, M_T) and the gradients of a fixed random loss of all three w.r.t. every input."""
+    leaves = [t.to(dtype).clone().requires_grad_(True) for t in inputs]
+    outs = kernel(*leaves, FLOOR, **kwargs)
+    gen = torch.Generator().manual_seed(99)
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=torch.float64).to(dtype)).sum() for o in outs)
+    loss.backward()
+    return [o.detach() for o in outs], [t.grad for t in leaves]
+
+
+def assert_matches_reference(kernel, inputs, decay_grad_tol: float = 1e-4, **kwargs):
+    ref_out, ref_grad = outputs_and_grads(prefix_mean_recurrent, inputs, torch.float64)
+    out, grad = outputs_and_grads(kernel, inputs, **kwargs)
+    for name, a, b in zip(("o", "S_T", "M_T"), out, ref_out):
+        assert torch.isfinite(a).all() and rel(a, b) <= 1e-5, (name, rel(a, b))
+    for name, a, b in zip(("w", "v", "rho", "log_beta", "S0", "M0"), grad, ref_grad):
+        tol = decay_grad_tol if name == "log_beta" else 1e-4
+        assert torch.isfinite(a).all() and rel(a, b) <= tol, (name, rel(a, b))
+
+
+@pytest.mark.parametrize("T", [1, 7, 63, 64, 65, 256])
+@pytest.mark.parametrize("betas", BETAS.values(), ids=BETAS.keys())
+def test_chunked_equals_the_definition(T, betas):
+    assert_matches_reference(prefix_mean_chunked, make_inputs(2, T, 4, 5, betas, seed=T))
+
+
+@pytest.mark.parametrize("betas", [BETAS["spread"], BETAS["steep"]], ids=["spread", "steep"])
+def test_chunked_equals_the_definition_at_2048_positions(betas):
+    assert_matches_reference(prefix_mean_chunked, make_inputs(1, 2048, 4, 3, betas, seed=1))
+
+
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_chunked_at_the_layers_shape_and_other_chunks(chunk):
+    """32 channels (the budget depends on R) and a chunk that is not the default."""
+    betas = torch.linspace(0.05, 0.99, 32).tolist()
+    assert_matches_reference(prefix_mean_chunked, make_inputs(1, 150, 32, 8, betas, seed=3), chunk=chunk)
+
+
+def test_chunked_continues_a_prefill_from_its_state():
+    """Two calls, the second from the first one's final state, equal one call (outputs, states and gradients)."""
+    w, v, rho, lb, S0, M0 = make_inputs(2, 130, 4, 5, BETAS["spread"], seed=5)
+
+    def two_calls(w, v, rho, lb, S0, M0, floor):
+        o1, S1, M1 = prefix_mean_chunked(w[:, :57], v[:, :57], rho[:, :57], lb, S0, M0, floor)
+        o2, S2, M2 = prefix_mean_chunked(w[:, 57:], v[:, 57:], rho[:, 57:], lb, S1, M1, floor)
+        return torch.cat([o1, o2], 1), S2, M2
+
+    assert_matches_reference(two_calls, (w, v, rho, lb, S0, M0))
+
+
+def test_floored_masses_and_masked_channels():
+    """Writes far below the mass floor for a stretch (reads divide by the floor there), a channel nobody writes
+    (a write mask: pi = 0) and one nobody reads (a read mask: rho = 0); masks reach the kernel as zeros."""
+    w, v, rho, lb, S0, M0 = make_inputs(2, 160, 4, 5, BETAS["spread"], seed=7)
+    w[:, :90, 1] = 1e-9  # the mass of channel 1 stays under the floor for a while
+    w[:, :, 2] = 0.0  # write-masked
+    rho[:, :, 3] = 0.0  # read-masked
+    rho = rho / rho.sum(-1, keepdim=True)
+    zero_state = (torch.zeros_like(S0), torch.zeros_like(M0))
+    for kernel in (prefix_mean_chunked, prefix_mean_gla):
+        assert_matches_reference(kernel, (w, v, rho, lb, *zero_state))
+
+
+@pytest.mark.parametrize("kernel", ["chunked", "gla"])
+@pytest.mark.parametrize("layer_idx", [0, 2])
+def test_layer_kernels_equal_the_reference_with_interventions(kernel, layer_idx):
+    torch.manual_seed(layer_idx)
+    layer = ProtoT(ProtoTConfig(n_prototypes=8), 32, layer_idx, n_layers=4)
+    with torch.no_grad():
+        layer.beta_logit.copy_(torch.logit(torch.linspace(0.02, 0.995, 8)))
+    x = torch.randn(2, 70, 32)
+
+    def run(k):
+        layer.set_kernel(k)
+        layer.zero_grad(set_to_none=True)
+        xk = x.clone().requires_grad_(True)
+        y, _ = layer(xk)
+        (y * torch.linspace(-1, 1, 32)).sum().backward()
+        return [y.detach(), xk.grad] + [p.grad for p in layer.parameters() if p.grad is not None]
+
+    for mode, ids in (("write-mask", [1, 5]), ("read-mask", [0])):
+        with layer.intervene(ids, mode):
+            want, got = run("recurrent"), run(kernel)
+        assert rel(got[0], want[0]) <= 1e-5
+        assert all(rel(a, b) <= 1e-4 for a, b in zip(got[1:], want[1:]))
+
+
+def test_every_power_of_beta_stays_within_the_budget(monkeypatch):
+    """No table of powers the chunked kernel builds exceeds e^budget (a power > 1 comes from a negative
+    exponent), for decays from 1e-9 to 1 - 1e-6: nothing is ever divided by a power that can underflow."""
+    R = 4
+    largest = []
+    real = protot_chunked._powers
+
+    def recording(exponents, log_beta):
+        table = real(exponents, log_beta)
+        largest.append(table.max().item())
+        return table
+
+    monkeypatch.setattr(protot_chunked, "_powers", recording)
+    for betas in BETAS.values():
+        assert_matches_reference(prefix_mean_chunked, make_inputs(1, 200, R, 3, betas))
+    assert largest and max(largest) <= torch.exp(torch.tensor(exp_budget(torch.float32, FLOOR, 2, R))).item()
+
+
+@pytest.mark.parametrize("C", [16, 64])
+def test_factorised_products_stay_finite_at_the_edge_of_their_budget(C):
+    """Decays just gentle enough for the factorised products, read weights near their maximum (1 / floor), and
+    just too steep (the split path): both exact. With reads of 1e4 on every channel the decay's gradient is a
+    sum of pair terms ~3000x larger than itself (the fp32 definition is off by 1e-5 there), so it gets 1e-3."""
+    B, T, R, m = 1, 3 * C, 4, 3
+    budget = exp_budget(torch.float32, FLOOR, C, R)
+    for margin, gentle in ((0.999, True), (1.01, False)):
+        lb = torch.full((R,), -margin * budget / (C // 2))
+        assert is_gentle(float(-lb.min()), C, torch.float32, FLOOR, R) == gentle
+        w = torch.zeros(B, T, R)
+        w[:, ::5] = 1e-3  # sparse, tiny writes keep the mass near the floor, so read weights approach 1e6
+        v, rho = torch.randn(B, T, m), torch.full((B, T, R), 1.0 / R)
+        inputs = (w, v, rho, lb, torch.zeros(B, R, m), torch.zeros(B, R))
+        assert_matches_reference(prefix_mean_chunked, inputs, decay_grad_tol=1e-3, chunk=C)
+
+
+def test_decayed_cumsum_over_three_levels():
+    """The masses' blocked recursion (T = 300 in blocks of 4: three levels and a padded tail) against a loop."""
+    x = torch.rand(2, 300, 4, dtype=torch.float64)
+    lb = torch.log(torch.tensor([1e-9, 0.3, 0.9, 1 - 1e-6], dtype=torch.float64))
+    want = torch.zeros_like(x)
+    acc = torch.zeros(2, 4, dtype=torch.float64)
+    for t in range(300):
+        acc = lb.exp() * acc + x[:, t]
+        want[:, t] = acc
+    assert rel(decayed_cumsum(x, lb, chunk=4), want) <= 1e-12
+
+
+def test_gla_equals_the_definition_through_fla_reference():
+    """ProtoT mapped to GLA inputs (shifted keys and values, queries divided by floored masses, g_0 = 0), run
+    through GLA's definition, equals ProtoT's definition, with state in and out."""
+    for T in (1, 65):
+        for betas in (BETAS["spread"], BETAS["steep"]):
+            assert_matches_reference(prefix_mean_gla, make_inputs(2, T, 4, 5, betas, seed=T))
+
+
+def test_gla_recurrence_is_flas_reference():
+    """The CPU stand-in for fla's Triton GLA computes what fla's own pure-torch reference computes."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fla.ops.gla.naive import naive_recurrent_gla
+
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 9, 1, 4, generator=gen), torch.rand(2, 9, 1, 4, generator=gen)
+    v, h0 = torch.randn(2, 9, 1, 3, generator=gen), torch.randn(2, 1, 4, 3, generator=gen)
+    g = -torch.rand(2, 9, 1, 4, generator=gen) * 3
+    want = naive_recurrent_gla(q * 2.0, k, v, g, initial_state=h0, output_final_state=True)  # it scales q by K^-0.5
+    got = gla_recurrent(q, k, v, g, h0)
+    assert all(rel(a, b) <= 1e-6 for a, b in zip(got, want))
+
+
+def test_gla_inputs_follow_the_mapping():
+    """The mapping's pieces, checked one by one against the definition's masses."""
+    w, v, rho, lb, S0, M0 = make_inputs(1, 6, 4, 3, BETAS["spread"])
+    q, k, sv, g, h0, final_mass = gla_inputs(w, v, rho, lb, S0, M0, FLOOR)
+    M, masses = M0.clone(), []
+    for t in range(6):
+        masses.append(M.clone())
+        M = lb.exp() * M + w[:, t]
+    assert torch.allclose(q[:, :, 0], rho / torch.stack(masses, 1).clamp(min=FLOOR), rtol=1e-6)
+    assert torch.equal(k[:, 0, 0], torch.zeros(1, 4)) and torch.equal(k[:, 1:, 0], w[:, :-1])
+    assert torch.equal(sv[:, 1:, 0], v[:, :-1]) and torch.equal(g[:, 0, 0], torch.zeros(1, 4))
+    assert torch.equal(g[0, 1:, 0], lb.expand(5, 4)) and torch.equal(h0[:, 0], S0)
+    assert torch.allclose(final_mass, M, rtol=1e-6)
+
+
+def test_flop_model_counts_the_kernels_matmuls():
+    """``chunked_flops`` against torch's own FLOP counter on one forward + backward (gentle decays)."""
+    B, T, R, m = 2, 256, 8, 16
+    inputs = make_inputs(B, T, R, m, [0.9] * R)
+
+    def in_place_baddbmm(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs):  # torch counts baddbmm only
+        return 2 * a_shape[0] * a_shape[1] * a_shape[2] * b_shape[2]
+
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: in_place_baddbmm}) as counter:
+        outputs_and_grads(prefix_mean_chunked, inputs, chunk=64)
+    counts = counter.get_flop_counts()["Global"]
+    assert counts[torch.ops.aten.bmm] + counts[torch.ops.aten.baddbmm_] == chunked_flops(B, T, R, m, 64, backward=True)
+
+
+def test_kernel_benchmark_hook():
+    layer = ProtoT(ProtoTConfig(), 64, layer_idx=2, n_layers=4)
+    layer.set_kernel(layer.default_kernel(torch.device("cpu")))
+    bench = layer.kernel_benchmark(2, 100, torch.device("cpu"))
+    assert isinstance(bench, KernelBenchmark) and "chunked" in bench.label
+    assert bench.flops == chunked_flops(2, 100, 32, 32, 64, backward=True)
+    bench.run()
+    bench.run()  # repeatable: gradients are reset between runs
+
+
+def test_default_kernels_per_device():
+    layer = ProtoT(ProtoTConfig(), 16, 2, 4)
+    assert layer.default_kernel(torch.device("cpu")) == "chunked"
+    assert layer.kernels[0] == "recurrent" and "gla" in layer.kernels
+
+
+def test_parity_machinery_on_cpu():
+    for mode in parity.MODES:
+        result = parity.compare("protot", mode, device="cpu", seq_len=40)
+        assert result.passed and result.kernel == "chunked", result
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the Triton GLA kernel cannot be compared here")
+@pytest.mark.parametrize("mode", parity.MODES)
+def test_cuda_gla_matches_cpu_reference(mode):
+    result = parity.compare("protot", mode)
+    assert result.kernel == "gla" and result.passed, result
