@@ -13,15 +13,26 @@ A snapshot is written into ``DIR/.tmp-*`` and renamed; ``LATEST`` is then replac
 deleted last. Whatever instant a SIGKILL lands, ``LATEST`` names a complete snapshot (or, before the first
 ``LATEST`` exists, the newest complete ``step-*`` folder is used). A folder holding ``config.json`` and
 ``model.safetensors`` directly is also accepted as a checkpoint (hand-assembled or exported).
+
+One writer at a time: training holds :func:`writer_lock` (``fcntl.flock`` on ``DIR/.lock``) for its whole run,
+so a second ``mixbench train`` into the same folder stops with a sentence, and whoever holds the lock knows
+that any ``.tmp-*`` folder there was left by a writer that died, and removes it. Every file of a snapshot
+gets the mode an ordinary ``open()`` gives (0644 under the usual umask), weights included.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat
+import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,7 +124,9 @@ def save_checkpoint(
         **meta,
     }
     (tmp / "config.json").write_text(json.dumps(config, indent=2, allow_nan=False))
+    mode = stat.S_IMODE((tmp / "config.json").stat().st_mode)  # what open() gives under this umask
     for f in tmp.iterdir():
+        os.chmod(f, mode)  # safetensors writes 0600: a shared checkpoint would be unreadable to others
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     final = out_dir / f"step-{step:07d}"
@@ -129,6 +142,73 @@ def save_checkpoint(
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def writer_lock(out_dir: Path) -> Iterator[None]:
+    """Hold the exclusive write lock of checkpoint folder ``out_dir`` (created if needed) or fail with a sentence
+    naming the process that holds it; then remove what interrupted writers left behind (:func:`clean_stale`)."""
+    out_dir = Path(out_dir)
+    created = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise MixbenchError(
+            f"cannot write to the checkpoint folder {out_dir} ({exc.strerror}); pick another --out."
+        ) from None
+    failed = True
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise MixbenchError(
+                f"another mixbench process (pid {holder}) is training into {out_dir} right now; wait for it to "
+                "finish or pick another --out."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        clean_stale(out_dir)
+        yield
+        failed = False
+    finally:
+        if failed and created and [p.name for p in out_dir.iterdir()] == [LOCK_NAME]:
+            (out_dir / LOCK_NAME).unlink()  # a run that failed before writing anything leaves no folder behind
+            out_dir.rmdir()
+        os.close(fd)  # closing the descriptor releases the lock; the file stays (deleting it would race)
+
+
+def clean_stale(out_dir: Path) -> list[Path]:
+    """Remove the ``.tmp-*`` snapshot folders and ``.LATEST-*`` files an interrupted writer left in ``out_dir``.
+
+    Call only while holding :func:`writer_lock`: then no live writer owns them. What cannot be removed is named on
+    stderr so the user can delete it; returns what was removed.
+    """
+    removed, stuck = [], []
+    for leftover in sorted(Path(out_dir).glob(".tmp-*")) + sorted(Path(out_dir).glob(".LATEST-*")):
+        try:
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+            removed.append(leftover)
+        except OSError:
+            stuck.append(leftover)
+    if removed:
+        names = ", ".join(p.name for p in removed)
+        print(f"[mixbench] removed what an interrupted run left in {out_dir}: {names}", file=sys.stderr, flush=True)
+    if stuck:
+        print(
+            f"[mixbench] could not remove {', '.join(str(p) for p in stuck)} (left by an interrupted run); "
+            "delete it by hand.", file=sys.stderr, flush=True,
+        )
+    return removed
 
 
 def resolve(path: Path) -> Path | None:
@@ -173,11 +253,72 @@ def load_checkpoint(path: Path | str, map_location: str = "cpu") -> Checkpoint:
     return Checkpoint(snap, spec, meta, weights)
 
 
+def _stored_identity(ckpt: Checkpoint) -> dict[str, Any] | None:
+    stored = ckpt.meta.get("model_identity")
+    return stored.get("parts") if isinstance(stored, dict) and isinstance(stored.get("parts"), dict) else None
+
+
+def _require_mixer(ckpt: Checkpoint) -> None:
+    """A checkpoint of a plugin mixer loaded without its plugin: say which module to load, not "did you mean"."""
+    from harness.registry import MIXERS
+
+    name = ckpt.spec.model.mixer
+    if name in MIXERS.names():
+        return
+    source = ((_stored_identity(ckpt) or {}).get("mixer") or {}).get("mixer_source")
+    if source:
+        module = source.rsplit(".", 1)[0]
+        raise MixbenchError(
+            f"checkpoint {ckpt.path} is a '{name}' model, a mixer registered by the plugin module {module}, which is "
+            f"not loaded; pass --plugin {module} (after the subcommand) or install the package that provides it."
+        )
+
+
+def verify_identity(ckpt: Checkpoint) -> None:
+    """Refuse a checkpoint whose config.json no longer matches the identity recorded when it was trained (a head
+    count edited after training loads into same-shaped weights and would be scored as another model)."""
+    from harness.config import to_dict
+    from harness.registry import MIXERS
+
+    parts = _stored_identity(ckpt)
+    if parts is None:
+        return  # trained before identities were recorded: nothing to verify against
+    spec = ckpt.spec
+    stored_mixer = parts.get("mixer") or {}
+    current = {
+        "mixer": spec.model.mixer,
+        "mixer_config": to_dict(MIXERS.get(spec.model.mixer).make_config(spec.model.mixer_config)),
+        "backbone": to_dict(spec.model.backbone),
+        "train": to_dict(spec.train),
+        "data": to_dict(spec.data),
+    }
+    recorded = {
+        "mixer": stored_mixer.get("mixer"),
+        "mixer_config": stored_mixer.get("mixer_config") or {},
+        "backbone": parts.get("backbone") or {},
+        "train": parts.get("train") or {},
+        "data": parts.get("data") or {},
+    }
+    changed = []
+    if current["mixer"] != recorded["mixer"]:
+        changed.append(f"mixer {recorded['mixer']} -> {current['mixer']}")
+    for section in ("mixer_config", "backbone", "train", "data"):
+        now, then = current[section], recorded[section]
+        changed += [f"{section}.{k} {then[k]!r} -> {now[k]!r}" for k in sorted(set(now) & set(then)) if now[k] != then[k]]
+    if changed:
+        raise MixbenchError(
+            f"checkpoint {ckpt.path}: its config.json no longer matches the model it was trained as "
+            f"({'; '.join(changed[:4])}); restore the original config.json or retrain."
+        )
+
+
 def load_model(path: Path | str, device: str = "cpu"):
     """Build the model a checkpoint describes and load its weights (strict: every name and shape must match)."""
     from harness.backbone import build_model
 
     ckpt = load_checkpoint(path)
+    _require_mixer(ckpt)
+    verify_identity(ckpt)
     model = build_model(ckpt.spec.model)
     try:
         model.load_state_dict(ckpt.weights, strict=True)

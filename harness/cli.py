@@ -11,9 +11,9 @@ import os
 import sys
 from pathlib import Path
 
+from harness.devices import resolve_device
 from harness.errors import MixbenchError
 from harness.plan_commands import add_executor_args, add_nightly_parser
-from harness.quickstart import QUICKSTART_MIXERS, QUICKSTART_SUITES
 
 
 def _common(results: bool = True) -> argparse.ArgumentParser:
@@ -34,7 +34,9 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--max-train-docs", type=int, default=None, help="train on at most this many documents (0 = all)")
-    p.add_argument("--context", type=int, default=None, help="training context length (default: the preset's)")
+    p.add_argument("--skip-bad-rows", action="store_true", default=None,
+                   help="leave out (and count) json/parquet rows without a string text field instead of failing")
+    p.add_argument("--context", type=_positive_int, default=None, help="training context length (default: the preset's)")
     p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes (0 = at the end)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="steps between resumable snapshots (0 = at the end)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -45,15 +47,27 @@ def _training_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mixbench", description="Compare token mixers on one backbone.")
+    parser = argparse.ArgumentParser(
+        prog="mixbench", description="Compare token mixers on one backbone.", allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sub.add_parser("mixers", parents=[_common(False)], help="list registered mixers, kernels and capabilities")
+    p = sub.add_parser("mixers", parents=[_common(False)], help="list registered mixers, kernels and capabilities")
+    p.add_argument("--config", default=None, metavar="MIXER", help="print this mixer's config fields (type, default, doc)")
+
+    p = sub.add_parser("suites", parents=[_common(False)], help="list suites with their config fields (type, default, doc)")
+    p.add_argument("names", nargs="*", metavar="SUITE", help="only these suites (default: every one)")
 
     p = sub.add_parser("check", parents=[_common(False)], help="conformance gate for a mixer (exit 0 only if all pass)")
     p.add_argument("mixer")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--lengths", default=None, metavar="N,N,...",
+                   help="sequence lengths (default: 1, a prime below the smallest chunk, every chunk boundary, the "
+                        "context and, for mixers that extrapolate, twice the context)")
+    p.add_argument("--batch-sizes", default=None, metavar="N,N,...", help="batch sizes (default: 1,3)")
+    p.add_argument("--tolerance", default=None, metavar="REL", help="relative tolerance of comparisons (default: 1e-4)")
+    p.add_argument("--device", default=None)
 
     p = sub.add_parser("train", parents=[_common(False)], help="train a model into a checkpoint folder")
     p.add_argument("--mixer", required=True)
@@ -63,59 +77,67 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", parents=[_common()], help="score a checkpoint with a suite")
     p.add_argument("--suite", required=True)
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (written by `mixbench train`)")
+    p.add_argument("--mixer", default=None, help="a mixer name instead of a checkpoint, for suites that train "
+                                                 "their own models (synthetic)")
+    p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="with --mixer")
+    p.add_argument("--preset", default="tiny", help="with --mixer: the backbone the conformance gate checks")
     p.add_argument("--suite-config", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--device", default=None)
     p.add_argument("--kernel", default=None)
     p.add_argument("--force", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    _gate_args(p)
 
     p = sub.add_parser("run", parents=[_common()], help="train and score a grid of mixers at a preset")
-    p.add_argument("--mixers", default=",".join(QUICKSTART_MIXERS), help="comma-separated mixer names")
+    p.add_argument("--mixers", default=None, help="comma-separated mixer names (default: the quickstart's)")
     p.add_argument("--suites", default="perplexity", help="comma-separated suite names (default: perplexity)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     _training_args(p)
     p.add_argument("plan", nargs="?", default=None, help="a plan file (YAML) instead of the grid options")
     p.add_argument("--keep-going", action="store_true", help="run the other jobs when one fails (exit 1 at the end)")
+    _gate_args(p)
     add_executor_args(p)
     add_nightly_parser(sub, [_common()])
 
     p = sub.add_parser("leaderboard", parents=[_common()], help="print the leaderboard built from the store")
     p.add_argument("--format", default="md", help="md | csv | json | html | latex")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--all", action="store_true", help="every headline column with intervals (default: compact)")
+    view.add_argument("--suite", default=None, metavar="S", help="every metric of one suite")
     p.add_argument("--suites", default=None, help="only these suites (comma-separated)")
-    p.add_argument("--all-metrics", action="store_true", help="every metric, not only the headline ones")
+    p.add_argument("--all-configs", action="store_true",
+                   help="also runs under non-canonical suite configs, as their own columns")
+    p.add_argument("--all-versions", action="store_true",
+                   help="also rows of models trained by older code of the same configuration")
     p.add_argument("--output", default=None, help="write to this file instead of stdout")
-
-    p = sub.add_parser("lm-eval", parents=[_common()], help="score a checkpoint with lm-eval tasks (zero/few-shot)")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
-    p.add_argument("--include-path", default="", help="folder of task YAMLs searched before the built-in tasks")
-    p.add_argument("--limit", type=float, default=None, help="examples per task: a count, or a fraction below 1")
-    p.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples (default: each task's own)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--device", default=None)
-    p.add_argument("--force", action="store_true")
-
-    p = sub.add_parser("judge", parents=[_common()], help="rate the judge suite's generations pairwise with an LLM judge")
-    p.add_argument("--preset", default=None, help="only this preset (default: every preset with generations)")
-    p.add_argument("--judge-url", default=None, help="OpenAI-compatible base URL, e.g. http://host:8000/v1 (default: $MIXBENCH_JUDGE_URL, else the built-in local judge)")
-    p.add_argument("--judge-model", default=None, help="model name at --judge-url (default: $MIXBENCH_JUDGE_MODEL)")
-    p.add_argument("--api-key-env", default=None, help="environment variable holding the judge's API key (default: MIXBENCH_JUDGE_API_KEY)")
-    p.add_argument("--baseline", default=None, help="compare each mixer with this one instead of every pair")
-    p.add_argument("--concurrency", type=int, default=None, help="parallel judge calls (default: 4; the local judge uses 1)")
-    p.add_argument("--judge-cache", default=None, help="SQLite verdict cache (default: $MIXBENCH_CACHE/judge/verdicts.sqlite)")
-    p.add_argument("--force", action="store_true", help="rewrite the rating runs (cached verdicts are still reused)")
-    p.add_argument("--no-progress", action="store_true")
 
     p = sub.add_parser("publish", parents=[_common()], help="write the results store as a static site (leaderboard, suites, plots)")
     p.add_argument("--out", default="site", help="site folder, replaced as a whole (default: site/)")
+    p.add_argument("--force", action="store_true", help="replace a published site even with a board of zero runs")
 
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
     p.add_argument("--preset", default="quick")
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
+    _gate_args(p)
     _suite_commands(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _gate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--skip-gate", action="store_true",
+                   help="score mixers that fail the conformance gate (for debugging; recorded in every result)")
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Refuse prefixes of options on every (sub)parser: `--check` must not silently mean `--checkpoint`."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _no_abbreviations(child)
 
 
 def _suite_commands(sub) -> None:
@@ -147,16 +169,18 @@ def _plugins_in(argv: list[str]) -> list[str]:
     return found
 
 
-def _device(requested: str | None) -> str:
-    import torch
+_device = resolve_device
 
-    if requested is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise MixbenchError(f"--device {requested} was requested but CUDA is not available; use --device cpu.")
-    if not requested.startswith(("cpu", "cuda")):
-        raise MixbenchError(f"unknown device '{requested}'; use cpu or cuda.")
-    return requested
+
+def _positive_int(text: str) -> int:
+    """argparse ``type=`` for sizes: ``--context 0`` or ``-5`` is refused instead of meaning the default."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}; omit it for the preset's value")
+    return value
 
 
 def _csv(value: str) -> list[str]:
@@ -170,6 +194,7 @@ def _data_overrides(args: argparse.Namespace) -> dict:
         "vocab_size": args.vocab_size,
         "tokenizer_file": args.tokenizer_file,
         "max_train_docs": args.max_train_docs,
+        "skip_bad_rows": args.skip_bad_rows,
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -189,7 +214,13 @@ def cmd_mixers(args: argparse.Namespace) -> int:
     import dataclasses
 
     from harness.registry import MIXERS
+    from harness.values import describe_fields
 
+    if args.config is not None:
+        entry = MIXERS.get(args.config)
+        print(f"{entry.name} config (--mixer-config KEY=VALUE, or mixers: {{{entry.name}: {{...}}}} in a plan):")
+        print("\n".join(describe_fields(entry.config_cls)))
+        return 0
     for entry in MIXERS.entries():
         fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(entry.config_cls))
         print(f"{entry.name}")
@@ -200,13 +231,41 @@ def cmd_mixers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suites(args: argparse.Namespace) -> int:
+    from harness.registry import SUITES
+    from harness.values import describe_fields
+
+    for i, name in enumerate(args.names or SUITES.names()):
+        entry = SUITES.get(name)
+        doc = (entry.cls.__doc__ or sys.modules[entry.cls.__module__].__doc__ or "").strip().splitlines()
+        print(("\n" if i else "") + f"{entry.name}  ({entry.source}; scope {entry.cls.scope})")
+        if doc:
+            print(f"  {doc[0]}")
+        print("\n".join(describe_fields(entry.config_cls)))
+    print("\nset fields with --suite-config KEY=VALUE (lists: a,b,c) or suites: {NAME: {KEY: VALUE}} in a plan.")
+    return 0
+
+
+def _check_output_file(path: Path, option: str) -> None:
+    """A file we are about to write: not a folder, in a folder that exists."""
+    if path.is_dir():
+        raise MixbenchError(f"{option} {path} is a folder; give a file name, e.g. {path / 'leaderboard.md'}.")
+    if not path.parent.is_dir():
+        raise MixbenchError(f"{option} {path}: the folder {path.parent} does not exist; create it or pick another path.")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness.conformance import run_checks
+    from harness.conformance import GateConfig, run_checks
     from harness.registry import MIXERS
     from harness.specs import parse_assignments
 
-    MIXERS.get(args.mixer).make_config(parse_assignments(args.mixer_config))
-    report = run_checks(args.mixer, args.preset, parse_assignments(args.mixer_config))
+    config = parse_assignments(args.mixer_config)
+    MIXERS.get(args.mixer).make_config(config)
+    gate = {"lengths": args.lengths, "batch_sizes": args.batch_sizes, "tolerance": args.tolerance}
+    from harness.values import build_config
+
+    gate_config = build_config(GateConfig, {k: v for k, v in gate.items() if v is not None}, "check")
+    report = run_checks(args.mixer, args.preset, config, gate_config, device=_device(args.device))
     print(report.render())
     return 0 if report.passed else 1
 
@@ -254,10 +313,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from harness.results import ResultsStore
     from harness.specs import parse_assignments
 
+    if (args.checkpoint is None) == (args.mixer is None):
+        raise MixbenchError("eval needs --checkpoint DIR, or --mixer NAME for a suite that trains its own models.")
     store = ResultsStore(args.results)
     outcome = evaluate(
         args.checkpoint, args.suite, store, parse_assignments(args.suite_config), device=_device(args.device),
-        kernel=args.kernel, force=args.force, progress=not args.no_progress,
+        kernel=args.kernel, force=args.force, progress=not args.no_progress, skip_gate=args.skip_gate,
+        mixer=args.mixer, mixer_config=parse_assignments(args.mixer_config), preset=args.preset,
     )
     if outcome.skipped:
         print(f"run {outcome.run_id} ({args.suite}) is already in {args.results}; nothing to do (--force reruns).")
@@ -289,6 +351,7 @@ def _run_grid(
         kernel=getattr(args, "kernel", None),
         force=getattr(args, "force", False),
         progress=not args.no_progress,
+        skip_gate=getattr(args, "skip_gate", False),
     )
     store = ResultsStore(args.results)
     from harness.plan_commands import executor_from_args
@@ -301,9 +364,14 @@ def _run_grid(
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.plan is not None:
-        from harness.plan_commands import cmd_run_plan
+        from harness.plan_commands import check_no_grid_flags, cmd_run_plan
 
+        check_no_grid_flags(args, build_parser().parse_args(["run"]))
         return cmd_run_plan(args)
+    if args.mixers is None:
+        from harness.quickstart import quickstart_mixers
+
+        args.mixers = ",".join(quickstart_mixers())
     if args.mixer_config and len(_csv(args.mixers)) != 1:
         raise MixbenchError("--mixer-config applies to one mixer; pass a single name with --mixers.")
     try:
@@ -316,38 +384,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from harness.leaderboard import leaderboard_text
 
-    text = leaderboard_text(args.results, args.format, _csv(args.suites) if args.suites else None, args.all_metrics)
+    if args.output:
+        _check_output_file(Path(args.output), "--output")
+    view = "suite" if args.suite else ("full" if args.all else "compact")
+    text = leaderboard_text(args.results, args.format, view, args.suite, _csv(args.suites) if args.suites else None,
+                            args.all_configs, args.all_versions)
     if args.output:
         Path(args.output).write_text(text)
         print(f"leaderboard written to {args.output}")
     else:
         print(text)
-    return 0
-
-
-def cmd_lm_eval(args: argparse.Namespace) -> int:
-    from harness.lm_eval_adapter.runner import LmEvalConfig, run_lm_eval
-    from harness.results import ResultsStore
-
-    cfg = LmEvalConfig(tuple(_csv(args.tasks)), args.include_path, args.limit, args.num_fewshot, args.batch_size)
-    outcome = run_lm_eval(args.checkpoint, cfg, ResultsStore(args.results), _device(args.device), args.force)
-    if outcome.skipped:
-        print(f"run {outcome.run_id} (lm-eval) is already in {args.results}; nothing to do (--force reruns).")
-    else:
-        print(f"run {outcome.run_id} (lm-eval) written to {args.results} in {outcome.seconds:.1f} s")
-    return 0
-
-
-def cmd_judge(args: argparse.Namespace) -> int:
-    from harness.results import ResultsStore
-    from suites.judge.arena import ArenaConfig, judge_runs
-
-    cfg = ArenaConfig.from_env(
-        judge_url=args.judge_url, judge_model=args.judge_model, api_key_env=args.api_key_env,
-        baseline=args.baseline, concurrency=args.concurrency, cache=args.judge_cache,
-    )
-    result = judge_runs(ResultsStore(args.results), cfg, args.preset, force=args.force, progress=not args.no_progress)
-    print(result.render())
     return 0
 
 
@@ -361,30 +407,30 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from harness.publish import publish_site
     from harness.results import ResultsStore
 
-    site = publish_site(ResultsStore(args.results), Path(args.out))
+    site = publish_site(ResultsStore(args.results), Path(args.out), force=args.force)
     print(f"site written to {site}; open {site / 'index.html'}")
     return 0
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.leaderboard import leaderboard_text
-    from harness.quickstart import quickstart_suite_configs
+    from harness.quickstart import quickstart_mixers, quickstart_suites
 
-    code = _run_grid(args, list(QUICKSTART_MIXERS), list(QUICKSTART_SUITES), [0], quickstart_suite_configs())
+    suites = quickstart_suites()
+    code = _run_grid(args, quickstart_mixers(), list(suites), [0], suites)
     print()
-    print(leaderboard_text(args.results, "md", None, False))
+    print(leaderboard_text(args.results, "md"))
     return code
 
 
 COMMANDS = {
     "mixers": cmd_mixers,
+    "suites": cmd_suites,
     "check": cmd_check,
     "train": cmd_train,
     "eval": cmd_eval,
     "run": cmd_run,
     "leaderboard": cmd_leaderboard,
-    "lm-eval": cmd_lm_eval,
-    "judge": cmd_judge,
     "publish": cmd_publish,
     "quickstart": cmd_quickstart,
     "nightly": cmd_nightly,

@@ -1,27 +1,31 @@
-"""Scoring a checkpoint with a suite and recording the run in the results store.
+"""Scoring a checkpoint (or, for mixer-scoped suites, a mixer definition) with a suite into the results store.
 
-A run's id is the content hash of (training run spec, suite name, suite config): the same model scored the
-same way is the same run, and re-running it is a no-op unless forced. The kernel and the device are
-provenance, not identity: they are recorded in the manifest, and the conformance gate is what guarantees
-that kernels agree.
+A run's id is :func:`harness.identity.run_identity` of the scored model's identity and the suite's name,
+version, source fingerprint and full config (plus the device for device-dependent suites): the same model
+scored the same way by the same code is the same run, and re-running it is a no-op unless forced. The mixer
+must have passed the conformance gate (:func:`harness.gate.require_gate`) before anything is computed or
+written; ``skip_gate`` scores anyway and records it.
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.checkpoint import load_model
-from harness.config import to_dict
+from harness.checkpoint import Checkpoint, load_model
+from harness.config import PRESETS, BackboneConfig, DataConfig, ModelSpec, TrainConfig, get_preset, to_dict
 from harness.errors import MixbenchError
+from harness.gate import require_gate
+from harness.identity import Identity, mixer_identity, model_identity, row_identity, run_identity
+from harness.manifest import GateRecord, RunManifest, Subject, diff_from
 from harness.provenance import device_descriptor, provenance
-from harness.registry import SUITES
+from harness.registry import MIXERS, SUITES, Entry
 from harness.results import ResultsStore
-from harness.results import run_id as results_run_id
-from harness.suite import SuiteContext
+from harness.suite import SuiteContext, SuiteResult
 
 
 @dataclass
@@ -32,12 +36,38 @@ class EvalOutcome:
     seconds: float
 
 
-def run_key(train_spec: dict[str, Any], suite: str, suite_config: Any) -> dict[str, Any]:
-    return {"train": train_spec, "suite": suite, "suite_config": to_dict(suite_config)}
+def config_source(overrides: dict[str, Any] | None, grid: bool) -> str:
+    """``grid`` when a plan / run / quickstart declared the config, else ``default`` or ``override``."""
+    if grid:
+        return "grid"
+    return "override" if overrides else "default"
+
+
+def suite_run_identity(entry: Entry, cfg: Any, subject: Identity, device: str) -> Identity:
+    """The run identity of ``entry`` with config ``cfg`` on ``subject`` (device-dependent suites add the device,
+    every suite what its config points at)."""
+    descriptor = device_descriptor(device) if entry.cls.device_dependent else None
+    return run_identity(subject, entry.name, cfg, descriptor, entry.cls(cfg).identity_parts())
+
+
+def with_subject(run: Identity, subject: Identity) -> Identity:
+    """The run identity with the subject's own parts beside it, so a manifest shows every input of its id."""
+    return Identity(run.id, {**run.parts, "subject_parts": subject.parts})
+
+
+def checkpoint_identity(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
+    """The identity stored when the checkpoint was trained (verified against its config on load), or, for a
+    checkpoint written before identities were stored, the identity this code gives its spec."""
+    stored = ckpt.meta.get("model_identity")
+    if isinstance(stored, dict) and isinstance(stored.get("id"), str):
+        return Identity(stored["id"], dict(stored.get("parts") or {}))
+    print(f"[mixbench] {ckpt.path} was trained before model identities were recorded; its identity is computed "
+          "from its config and today's code.", file=sys.stderr)
+    return model_identity(ckpt.spec, data_fingerprint)
 
 
 def evaluate(
-    checkpoint: Path | str,
+    checkpoint: Path | str | None,
     suite: str,
     store: ResultsStore,
     suite_overrides: dict[str, Any] | None = None,
@@ -48,30 +78,42 @@ def evaluate(
     corpus=None,
     work_dir: Path | None = None,
     aggregate: bool = True,
+    skip_gate: bool = False,
+    grid: bool = False,
+    mixer: str | None = None,
+    mixer_config: dict[str, Any] | None = None,
+    preset: str = "tiny",
+    gate: GateRecord | None = None,
 ) -> EvalOutcome:
-    """Score ``checkpoint`` with ``suite``; every input is validated before any work starts.
+    """Score ``checkpoint`` with ``suite``; every input is validated, and the gate passed, before any work.
 
-    With ``aggregate``, the suite's cross-run step (:meth:`Suite.aggregate`) follows, also when the run was
-    already in the store; a grid passes False and aggregates once at its end.
+    A mixer-scoped suite may instead take ``mixer`` (+ ``mixer_config``): it trains its own small models, and
+    the gate checks the mixer at ``preset``'s backbone. With ``aggregate``, the suite's cross-run step
+    (:meth:`Suite.aggregate`) follows, also when the run was already in the store; a grid passes False and
+    aggregates once at its end. ``gate`` is a verdict the caller already holds (a grid gates in its driver).
     """
-    from harness.data import load_corpus
-
     entry = SUITES.get(suite)
     cfg = entry.make_config(suite_overrides)
+    suite_obj = entry.cls(cfg)
+    source = config_source(suite_overrides, grid)
+    if checkpoint is None:
+        if entry.cls.scope != "mixer" or mixer is None:
+            raise MixbenchError(
+                f"suite '{suite}' scores a trained model: pass --checkpoint DIR"
+                + (" (or --mixer NAME, since it trains its own models)" if entry.cls.scope == "mixer" else "") + "."
+            )
+        return _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config or {}, preset, store, device,
+                               force, progress, work_dir, aggregate, skip_gate, gate)
     model, ckpt = load_model(checkpoint, device)
     if kernel is not None:
         model.set_kernel(kernel)
-    key = run_key(ckpt.spec.to_json(), suite, cfg)
-    if getattr(entry.cls, "device_dependent", False):  # a speed measured elsewhere is not this device's speed
-        key["device"] = device_descriptor(device)
-    run_id = results_run_id(key)
-    suite_obj = entry.cls(cfg)
-    if store.has_run(run_id) and not force:
-        if aggregate:
-            suite_obj.aggregate(store, progress)
-        return EvalOutcome(run_id, suite, True, 0.0)
-    suite_obj.validate(model)
-    store.ensure_writable()
+    if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
+        return _evaluate_mixer(entry, cfg, suite_obj, source, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config,
+                               "tiny", store, device, force, progress, work_dir, aggregate, skip_gate, gate)
+    from harness.data import load_corpus
+
+    if gate is None:
+        gate = require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, skip_gate, progress=progress)
     if corpus is None:
         corpus = load_corpus(ckpt.spec.data, progress=progress)
     trained_on = ckpt.meta.get("corpus_fingerprint")
@@ -80,52 +122,137 @@ def evaluate(
             f"the data or tokenizer of {ckpt.spec.data.source} changed since {ckpt.path} was trained "
             f"(fingerprint {corpus.fingerprint} vs {trained_on}); retrain the checkpoint."
         )
+    subject_id = checkpoint_identity(ckpt, corpus.fingerprint)
+    identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
+    if store.has_run(identity.id) and not force:
+        if aggregate:
+            suite_obj.aggregate(store, progress)
+        return EvalOutcome(identity.id, suite, True, 0.0)
+    suite_obj.validate(model)
+    store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{suite}-") as scratch:
         ctx = SuiteContext(corpus, Path(work_dir or scratch), ckpt.spec.train.seed, device, progress)
         t0 = time.perf_counter()
         result = suite_obj.run(model, ctx)
         seconds = time.perf_counter() - t0
-        manifest = build_manifest(ckpt, model, entry, cfg, corpus, result, seconds, device)
-        store.write_run(run_id, manifest, result, force=force)
+        manifest = build_manifest(
+            entry, cfg, source, model_subject(ckpt, model, subject_id, device), gate, identity, result,
+            timings={"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
+            data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
+        )
+        store.write_run(identity.id, manifest, result, force=force)
     if aggregate:
         suite_obj.aggregate(store, progress)
-    return EvalOutcome(run_id, suite, False, seconds)
+    return EvalOutcome(identity.id, suite, False, seconds)
 
 
-def model_manifest(ckpt, model, device: str) -> dict[str, Any]:
-    """The manifest fields that identify the scored model and where it ran; every kind of run (a suite's, an
-    lm-eval run) carries them, so the leaderboard can group and compare runs of any kind."""
-    return {
-        "mixer": ckpt.spec.model.mixer,
-        "mixer_config": to_dict(model.mixer_config),
-        "preset": ckpt.spec.preset,
-        "seed": ckpt.spec.train.seed,
-        "train_id": ckpt.spec.train_id,
-        "run_spec": ckpt.spec.to_json(),
-        "checkpoint": str(ckpt.path),
-        "checkpoint_step": ckpt.step,
-        "weights_sha256": ckpt.meta.get("weights_sha256"),
-        "parameters": model.num_parameters(),
-        "state_floats": model.state_size(ckpt.spec.model.backbone.context),
-        "train_flops": ckpt.meta.get("train_flops"),
-        "train_tokens_per_s": ckpt.meta.get("tokens_per_s"),
-        "kernel": model.kernel,
-        "device": device,
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "mixer_packages": model.mixers[0].package_versions(),
-    }
+def _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config, preset, store, device, force, progress,
+                    work_dir, aggregate, skip_gate, gate) -> EvalOutcome:
+    if gate is None:
+        p = get_preset(preset)
+        spec = ModelSpec(mixer, dict(mixer_config), BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
+        gate = require_gate(spec, preset, device, skip_gate, progress=progress)
+    subject_id = mixer_identity(mixer, mixer_config)
+    identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
+    if store.has_run(identity.id) and not force:
+        return EvalOutcome(identity.id, entry.name, True, 0.0)
+    store.ensure_writable()
+    with tempfile.TemporaryDirectory(prefix=f"mixbench-{entry.name}-") as scratch:
+        ctx = SuiteContext(None, Path(work_dir or scratch), 0, device, progress)
+        t0 = time.perf_counter()
+        result = suite_obj.run_mixer(mixer, dict(mixer_config), ctx)
+        seconds = time.perf_counter() - t0
+        manifest = build_manifest(entry, cfg, source, mixer_subject(mixer, mixer_config, subject_id), gate, identity,
+                                  result, timings={"eval_s": round(seconds, 3)})
+        store.write_run(identity.id, manifest, result, force=force)
+    if aggregate:
+        suite_obj.aggregate(store, progress)
+    return EvalOutcome(identity.id, entry.name, False, seconds)
 
 
-def build_manifest(ckpt, model, entry, cfg, corpus, result, seconds: float, device: str) -> dict[str, Any]:
-    """Everything needed to trust and reproduce a run: configs, code and package versions, kernel, timings."""
-    return {
-        "kind": "eval",
-        "suite": entry.name,
-        "suite_config": to_dict(cfg),
-        "headline": list(getattr(entry.cls, "headline", ())) or None,
-        **model_manifest(ckpt, model, device),
-        "data": {"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
-        "suite_info": result.info,
-        "timings": {"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
-        "provenance": provenance(),
-    }
+# ---------------------------------------------------------------------------------------------- manifests
+
+
+def _mixer_parts(mixer: str, mixer_config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    mix = MIXERS.get(mixer)
+    full = to_dict(mix.make_config(mixer_config))
+    return mix.source, full, diff_from(full, to_dict(mix.config_cls()))
+
+
+def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> Subject:
+    """What the board needs to know about a scored checkpoint: who it is and what it costs."""
+    spec = ckpt.spec
+    source, full, diff = _mixer_parts(spec.model.mixer, spec.model.mixer_config)
+    preset_backbone, preset_train, preset_data = _preset_defaults(spec.preset)
+    backbone = to_dict(spec.model.backbone)
+    train = to_dict(spec.train)
+    return Subject(
+        kind="model",
+        id=identity.id,
+        row_id=row_identity(identity),
+        mixer_id=mixer_identity(spec.model.mixer, spec.model.mixer_config).id,
+        mixer=spec.model.mixer,
+        mixer_source=source,
+        mixer_config=full,
+        config_diff=diff,
+        preset=spec.preset,
+        backbone=backbone,
+        backbone_diff={k: v for k, v in diff_from(backbone, preset_backbone).items() if k != "vocab_size"},
+        train_diff={k: v for k, v in diff_from(train, preset_train).items() if k != "seed"},
+        data_diff=diff_from(to_dict(spec.data), preset_data),
+        seed=spec.train.seed,
+        checkpoint=str(ckpt.path),
+        checkpoint_step=ckpt.step,
+        weights_sha256=ckpt.meta.get("weights_sha256"),
+        parameters=model.num_parameters(),
+        state_floats=model.state_size(spec.model.backbone.context),
+        train_flops=ckpt.meta.get("train_flops"),
+        train_tokens_per_s=ckpt.meta.get("tokens_per_s"),
+        kernel=model.kernel,
+        device=device,
+        dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
+        packages=model.mixers[0].package_versions(),
+        loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
+    )
+
+
+def mixer_subject(mixer: str, mixer_config: dict[str, Any], identity: Identity) -> Subject:
+    source, full, diff = _mixer_parts(mixer, mixer_config)
+    return Subject(kind="mixer", id=identity.id, row_id=identity.id, mixer_id=identity.id, mixer=mixer,
+                   mixer_source=source, mixer_config=full, config_diff=diff)
+
+
+def _preset_defaults(preset: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The backbone, training and data values a model of ``preset`` has by default (for the board's labels)."""
+    if preset not in PRESETS:
+        return {}, {}, {}
+    p = PRESETS[preset]
+    backbone = to_dict(BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
+    return backbone, to_dict(TrainConfig(**p.train)), to_dict(DataConfig(vocab_size=p.vocab_size))
+
+
+def build_manifest(
+    entry: Entry, cfg: Any, source: str, subject: Subject, gate: GateRecord, identity: Identity,
+    result: SuiteResult | None, timings: dict[str, Any] | None = None, data: dict[str, Any] | None = None,
+    kind: str = "suite", extra: dict[str, Any] | None = None,
+) -> RunManifest:
+    """The one place a manifest is built (suite runs, lm-eval runs, a suite's cross-run records)."""
+    full = to_dict(cfg)
+    return RunManifest(
+        suite=entry.name,
+        suite_version=int(entry.cls.version),
+        suite_config=full,
+        config_source=source,
+        config_diff=diff_from(full, to_dict(entry.config_cls())),
+        subject=subject,
+        gate=gate,
+        identity=identity.parts,
+        kind=kind,
+        headline=tuple(entry.cls.headline),
+        suite_info=dict(result.info) if result is not None else {},
+        data=dict(data or {}),
+        timings=dict(timings or {}),
+        provenance=provenance(),
+        extra=dict(extra or {}),
+    )
+

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from harness.config import ModelSpec, content_hash, to_dict
-from harness.conformance import GATE_VERSION, CheckReport, GateConfig, run_checks
+from harness.conformance import GATE_VERSION, GateConfig, run_checks
 from harness.errors import MixbenchError
 from harness.manifest import GateRecord
 
@@ -34,7 +34,7 @@ def gate_key(spec: ModelSpec, device: str, config: GateConfig) -> str:
             "gate_version": GATE_VERSION,
             "gate_config": to_dict(config),
             "mixer": mixer_identity(spec.mixer, spec.mixer_config).id,
-            "backbone": to_dict(spec.backbone),
+            "backbone": {k: v for k, v in to_dict(spec.backbone).items() if k != "vocab_size"},  # mixer-blind
             "device": str(device).split(":")[0],
             "packages": identity_packages(),
         }
@@ -85,10 +85,6 @@ def require_gate(
             f"scored; run `{hint}` to see where (--skip-gate scores it anyway, and says so in every result)."
         )
     return GateRecord("passed", GATE_VERSION, key, cached.get("seconds"))
-
-
-def report_for(spec: ModelSpec, preset: str, device: str, config: GateConfig) -> CheckReport:
-    return run_checks(spec.mixer, preset, spec.mixer_config, config, backbone=spec.backbone, device=device)
 
 
 def _read(key: str) -> dict | None:

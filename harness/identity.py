@@ -198,6 +198,16 @@ def model_identity(spec: Any, data_fingerprint: str) -> Identity:
     )
 
 
+def row_identity(model: Identity) -> str:
+    """The model identity without its training seed: models that differ only by seed share one board row and
+    are averaged; anything else that differs makes another row."""
+    parts = dict(model.parts)
+    train = dict(parts.get("train") or {})
+    train.pop("seed", None)
+    parts["train"] = train
+    return content_hash(parts)
+
+
 def suite_identity(suite: str, suite_config: Any) -> dict[str, Any]:
     """The parts of a run's identity that come from the suite: name, version, source and full config."""
     from harness.registry import SUITES
@@ -211,10 +221,14 @@ def suite_identity(suite: str, suite_config: Any) -> dict[str, Any]:
     }
 
 
-def run_identity(subject: Identity, suite: str, suite_config: Any, device: dict[str, Any] | None = None) -> Identity:
+def run_identity(subject: Identity, suite: str, suite_config: Any, device: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> Identity:
     """A run of ``suite`` (with its full config) on ``subject`` (a model's or, for mixer-scoped suites, a
-    mixer's identity); ``device`` is the device descriptor of device-dependent suites, else None."""
+    mixer's identity); ``device`` is the device descriptor of device-dependent suites, else None; ``extra`` is
+    the suite's :meth:`harness.suite.Suite.identity_parts`."""
     parts: dict[str, Any] = {"subject": subject.id, **suite_identity(suite, suite_config)}
+    if extra:
+        parts["suite_inputs"] = extra
     if device is not None:
         parts["device"] = device
     return _identity(parts)

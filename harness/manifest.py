@@ -56,6 +56,8 @@ class Subject:
 
     kind: str  # model | mixer
     id: str  # model identity, or mixer identity for mixer-scoped runs
+    row_id: str  # the board row: the model identity without its seed (seeds of one configuration share a row)
+    mixer_id: str  # the mixer identity (name, version, source, full config): joins mixer-scoped runs to rows
     mixer: str
     mixer_source: str
     mixer_config: dict[str, Any]  # full, defaults filled in
@@ -84,8 +86,9 @@ class Subject:
             raise ManifestError(f"subject.kind must be 'model' or 'mixer', got {self.kind!r}")
         if not isinstance(self.mixer, str) or not self.mixer:
             raise ManifestError(f"subject.mixer must be a mixer name, got {self.mixer!r}")
-        if not isinstance(self.id, str) or not self.id:
-            raise ManifestError(f"subject.id must be an identity hash, got {self.id!r}")
+        for name in ("id", "row_id", "mixer_id"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ManifestError(f"subject.{name} must be an identity hash, got {getattr(self, name)!r}")
         for name in ("mixer_config", "config_diff", "backbone_diff", "train_diff", "data_diff", "packages"):
             if not isinstance(getattr(self, name), dict):
                 raise ManifestError(f"subject.{name} must be a mapping, got {getattr(self, name)!r}")

@@ -3,14 +3,19 @@
 ``mixbench nightly PLAN.yaml`` runs the plan's grid (jobs already in the store are skipped, interrupted ones
 resume), then records a snapshot of every metric of the plan's runs in the store::
 
-    nightly/<plan>/<YYYYmmddTHHMMSS.ffffff>Z.json   rows (suite, mixer, preset, seed, metric, value, CI, ...),
-                                                  the grid's summary, and the comparison with the night before
+    nightly/<plan>/<YYYYmmddTHHMMSS.ffffff>Z.json   rows (suite, model, preset, metric, value, interval, code
+                                                  revision and fingerprints, ...), the grid's summary, and the
+                                                  comparison with the night before
     nightly/<plan>/history.csv, history.md         one row per metric, one column per night
     nightly/<plan>/plots/<suite>__<metric>.png     headline metrics across nights, one line per model
 
-A metric regresses when it moves in its bad direction by more than the plan's tolerance, which grows with
-both nights' confidence intervals (:class:`harness.plan.Tolerance`), so bootstrap noise is not an alarm and a
-real drop is. Regressions, metrics that disappeared, and jobs that failed make the command exit 1; the
+The rows are the board's (:func:`harness.table.table_from_runs`: one per model and canonical column, seeds
+averaged), restricted to the plan's grid. Because a run's identity includes the code that computed it, a night
+with new code recomputes exactly what the code change touches, and each side of a change names the code revision
+and the mixer's and suite's source fingerprints behind it. A metric regresses when it moves in its bad direction
+by more than the plan's tolerance, which grows with both nights' uncertainty (:class:`harness.plan.Tolerance`:
+intervals are put on one scale by their kind and level; a min-max range adds nothing), so noise is not an alarm
+and a real drop is. Regressions, metrics that disappeared, and jobs that failed make the command exit 1; the
 snapshot is written either way, so the next night compares with what this night actually measured.
 """
 
@@ -33,10 +38,10 @@ from harness.plan import NightlyPolicy, Plan
 from harness.results import ResultsStore, _dumps
 
 FORMAT = "mixbench-nightly"
-VERSION = 1
+VERSION = 2
 NIGHTLY_DIR = "nightly"
 _SNAPSHOT = re.compile(r"^\d{8}T\d{6}\.\d{6}Z\.json$")
-KEY_FIELDS = ("suite", "mixer", "preset", "seed", "metric")
+KEY_FIELDS = ("suite", "model", "preset", "metric")
 
 
 def snapshot_id(now: datetime | None = None) -> str:
@@ -50,40 +55,54 @@ def row_key(row: dict[str, Any]) -> tuple:
 
 
 def key_text(key: tuple) -> str:
-    suite, mixer, preset, seed, metric = key
-    who = "/".join(str(p) for p in (mixer, preset) if p is not None) or "-"
-    seed_text = f" seed {seed}" if seed is not None else ""
-    return f"{suite}/{metric} [{who}{seed_text}]"
+    suite, model, preset, metric = key
+    who = "/".join(str(p) for p in (model, preset) if p is not None) or "-"
+    return f"{suite}/{metric} [{who}]"
+
+
+def _in_plan(run, plan: Plan, run_ids: set[str] | None) -> bool:
+    m = run.manifest
+    if run_ids is not None and run.run_id in run_ids:
+        return True
+    return plan.covers(m.suite, m.subject.mixer, m.subject.preset, m.subject.seed)
+
+
+def _code(run) -> dict[str, Any]:
+    """The code behind a run: revision, and the fingerprints of the mixer's and the suite's source."""
+    git = (run.manifest.provenance or {}).get("git") or {}
+    parts = run.manifest.identity
+    commit = git.get("commit")
+    return {
+        "revision": (str(commit)[:12] + ("+dirty" if git.get("dirty") else "")) if commit else "unknown",
+        "mixer_code": ((parts.get("subject_parts") or {}).get("mixer") or {}).get("mixer_code"),
+        "suite_code": parts.get("suite_code"),
+    }
 
 
 def metric_rows(store: ResultsStore, plan: Plan, run_ids: set[str] | None = None) -> list[dict[str, Any]]:
-    """The plan's metric table: one row per (suite, mixer, preset, seed, metric), newest run winning.
+    """The plan's metric table: the board's cells (one per model and canonical metric, seeds averaged) of the
+    runs of the plan's grid (``run_ids``) and of earlier runs the plan covers."""
+    from harness.table import table_from_runs
 
-    Runs of the grid (``run_ids``) win over older runs of the same cell (e.g. from before a plan's training
-    budget changed); cross-run records such as the judge's ratings are included when their suite, mixer and
-    preset belong to the plan.
-    """
-    rows: dict[tuple, tuple[tuple, dict[str, Any]]] = {}
-    for run in store.iter_runs(samples=False):
-        m = run.manifest
-        suite, mixer, preset, seed = m.get("suite"), m.get("mixer"), m.get("preset"), m.get("seed")
-        in_grid = run_ids is not None and run.run_id in run_ids
-        if not in_grid and not plan.covers(suite, mixer, preset, seed):
-            continue
-        headline = m.get("headline")
-        for metric in run.metrics:
-            row = {
-                "suite": suite, "mixer": mixer, "preset": preset, "seed": seed, "metric": metric.name,
-                "value": metric.value, "ci_low": metric.ci_low, "ci_high": metric.ci_high,
-                "higher_is_better": metric.higher_is_better, "n": metric.n, "unit": metric.unit,
-                "headline": metric.name in headline if isinstance(headline, list) else True,
-                "run_id": run.run_id, "written_at": m.get("written_at"),
-            }
-            rank = (in_grid, m.get("written_at") or "")
-            key = row_key(row)
-            if key not in rows or rank >= rows[key][0]:
-                rows[key] = (rank, row)
-    return [row for _, row in sorted(rows.values(), key=lambda item: _sort_key(row_key(item[1])))]
+    runs = [r for r in store.iter_runs(samples=False) if _in_plan(r, plan, run_ids)]
+    table = table_from_runs(runs, str(store.root), all_metrics=True)
+    rows = []
+    for row in table.rows:
+        for column in table.columns:
+            cell = table.cell(row, column)
+            if cell is None:
+                continue
+            behind = [r for r in row.runs if r.manifest.suite == column.suite]
+            newest = max(behind, key=lambda r: r.manifest.written_at)
+            rows.append({
+                "suite": column.suite, "model": row.label, "preset": row.preset, "metric": column.metric,
+                "value": cell.value, "interval": None if cell.interval is None else cell.interval.to_json(),
+                "higher_is_better": cell.higher_is_better, "unit": cell.unit, "role": column.role,
+                "n_seeds": cell.n_seeds, "headline": column.headline, "model_id": row.key,
+                "run_ids": sorted(r.run_id for r in behind), "written_at": newest.manifest.written_at,
+                "code": _code(newest),
+            })
+    return sorted(rows, key=lambda r: _sort_key(row_key(r)))
 
 
 def _sort_key(key: tuple) -> tuple:
@@ -99,6 +118,8 @@ class Change:
     threshold: float | None = None
     higher_is_better: bool = True
     unit: str = ""
+    code_before: dict[str, Any] | None = None
+    code_after: dict[str, Any] | None = None
 
     @property
     def delta(self) -> float | None:
@@ -110,7 +131,8 @@ class Change:
         return {
             **dict(zip(KEY_FIELDS, self.key, strict=True)), "status": self.status, "previous": self.previous,
             "current": self.current, "delta": self.delta, "threshold": self.threshold,
-            "higher_is_better": self.higher_is_better, "unit": self.unit,
+            "higher_is_better": self.higher_is_better, "unit": self.unit, "code_before": self.code_before,
+            "code_after": self.code_after,
         }
 
     def text(self) -> str:
@@ -119,10 +141,23 @@ class Change:
             return f"{key_text(self.key)}: was {_num(self.previous)}, now missing"
         if self.status == "new":
             return f"{key_text(self.key)}: new, {_num(self.current)}"
-        return (
+        text = (
             f"{key_text(self.key)}: {_num(self.previous)} -> {_num(self.current)} {self.unit}".rstrip()
             + f" (change {_num(self.delta)}, tolerance {_num(self.threshold)}, {arrow})"
         )
+        if self.code_before or self.code_after:
+            text += f"; code {_code_text(self.code_before)} -> {_code_text(self.code_after)}"
+        return text
+
+
+def _code_text(code: dict[str, Any] | None) -> str:
+    if not code:
+        return "?"
+    parts = [str(code.get("revision"))]
+    for name in ("mixer_code", "suite_code"):
+        if code.get(name):
+            parts.append(f"{name.split('_')[0]} {str(code[name])[:8]}")
+    return " ".join(parts)
 
 
 def _num(x: float | None) -> str:
@@ -133,11 +168,17 @@ def _num(x: float | None) -> str:
     return f"{x:.4g}"
 
 
-def _half_width(row: dict[str, Any]) -> float | None:
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is None or hi is None:
+def _stderr(row: dict[str, Any]) -> float | None:
+    """The row's uncertainty as a standard error (None for a min-max range or no interval)."""
+    from harness.stats import Interval
+
+    iv = row.get("interval")
+    if not iv:
         return None
-    return (float(hi) - float(lo)) / 2
+    try:
+        return Interval.from_json(iv).normal_stderr()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _value(row: dict[str, Any]) -> float:
@@ -155,19 +196,19 @@ def compare(previous: list[dict[str, Any]], current: list[dict[str, Any]], polic
         ref = new or old
         hib, unit = bool(ref.get("higher_is_better", True)), str(ref.get("unit") or "")
         if new is None:
-            changes.append(Change(key, "missing", _value(old), None, None, hib, unit))
+            changes.append(Change(key, "missing", _value(old), None, None, hib, unit, old.get("code")))
             continue
         if old is None:
-            changes.append(Change(key, "new", None, _value(new), None, hib, unit))
+            changes.append(Change(key, "new", None, _value(new), None, hib, unit, None, new.get("code")))
             continue
         p, c = _value(old), _value(new)
-        threshold = policy.for_suite(key[0]).threshold(p, _half_width(old), _half_width(new))
+        threshold = policy.for_suite(key[0]).threshold(p, _stderr(old), _stderr(new))
         if math.isnan(p) or math.isnan(c):
             status = "regression" if math.isnan(c) and not math.isnan(p) else "unchanged"
         else:
             worse = (p - c) if hib else (c - p)
             status = "regression" if worse > threshold else "improvement" if -worse > threshold else "unchanged"
-        changes.append(Change(key, status, p, c, threshold, hib, unit))
+        changes.append(Change(key, status, p, c, threshold, hib, unit, old.get("code"), new.get("code")))
     return changes
 
 
@@ -245,13 +286,15 @@ def run_nightly(
     plugins: tuple[str, ...] = (),
     publish_dir: Path | None = None,
     now: datetime | None = None,
+    skip_gate: bool = False,
 ) -> NightlyResult:
     """Run the plan's missing work, snapshot, compare with the previous night, write history and plots."""
     from harness.runner import run_requests
 
     if publish_dir is not None:
         publish_site = _publisher()  # fail before the night's work, not after it
-    grid = run_requests(plan.requests(device, progress=progress, plugins=plugins), store, executor, keep_going=True)
+    reqs = plan.requests(device, progress=progress, plugins=plugins, skip_gate=skip_gate)
+    grid = run_requests(reqs, store, executor, keep_going=True)
     result = record_night(plan, store, grid, now)
     if publish_dir is not None:
         publish_site(store, Path(publish_dir))
@@ -265,6 +308,11 @@ def record_night(plan: Plan, store: ResultsStore, grid, now: datetime | None = N
     earlier = list_snapshots(store, plan.name)
     previous_id = earlier[-1] if earlier else None
     previous_rows = read_snapshot(store, plan.name, previous_id)["rows"] if previous_id else []
+    if previous_id is not None and read_snapshot(store, plan.name, previous_id).get("version") != VERSION:
+        print(f"[mixbench] nightly: the last snapshot {previous_id} has another layout (version "
+              f"{read_snapshot(store, plan.name, previous_id).get('version')}); tonight starts a new comparison.",
+              file=sys.stderr)
+        previous_id, previous_rows = None, []
     changes = compare(previous_rows, rows, plan.nightly) if previous_id else []
     sid = snapshot_id(now)
     if previous_id is not None and sid <= previous_id:
@@ -313,7 +361,7 @@ def history_frame(store: ResultsStore, plan_name: str):
             frame["night"] = sid
             frames.append(frame)
     if not frames:
-        return pd.DataFrame(columns=[*KEY_FIELDS, "value", "ci_low", "ci_high", "headline", "night"])
+        return pd.DataFrame(columns=[*KEY_FIELDS, "value", "interval", "headline", "night"])
     return pd.concat(frames, ignore_index=True)
 
 
@@ -323,11 +371,8 @@ def write_history(store: ResultsStore, plan_name: str) -> list[str]:
     base = f"{NIGHTLY_DIR}/{plan_name}"
     if frame.empty:
         return []
-    frame = frame.copy()
-    frame["seed"] = frame["seed"].map(
-        lambda s: "" if s is None or (isinstance(s, float) and math.isnan(s)) else str(int(s))
-    )
-    for column in ("mixer", "preset"):
+    frame = frame[[c in KEY_FIELDS or c in ("value", "interval", "headline", "night") for c in frame.columns]].copy()
+    for column in ("model", "preset"):
         frame[column] = frame[column].fillna("")
     wide = frame.pivot_table(index=list(KEY_FIELDS), columns="night", values="value", aggfunc="last", dropna=False)
     wide = wide.reindex(columns=sorted(wide.columns))
@@ -361,7 +406,7 @@ def _slug(text: str) -> str:
 
 
 def _plot(group, suite: str, metric: str) -> bytes:
-    """A metric across nights, one line per (mixer, preset, seed), CI as error bars where the suite gave one."""
+    """A metric across nights, one line per (model, preset), the interval as error bars where there is one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -371,13 +416,13 @@ def _plot(group, suite: str, metric: str) -> bytes:
     x_of = {n: i for i, n in enumerate(nights)}
     fig, ax = plt.subplots(figsize=(7, 4))
     try:
-        for (mixer, preset, seed), series in group.groupby(["mixer", "preset", "seed"], sort=True):
+        for (model, preset), series in group.groupby(["model", "preset"], sort=True):
             series = series.sort_values("night")
             xs = [x_of[n] for n in series["night"]]
             ys = series["value"].astype(float).to_numpy()
-            lo = series["ci_low"].astype(float).to_numpy()
-            hi = series["ci_high"].astype(float).to_numpy()
-            label = " / ".join(p for p in (str(mixer), str(preset), f"seed {seed}" if seed != "" else "") if p)
+            lo = np.array([_bound(iv, "low") for iv in series["interval"]])
+            hi = np.array([_bound(iv, "high") for iv in series["interval"]])
+            label = " / ".join(p for p in (str(model), str(preset)) if p)
             has_ci = ~(np.isnan(lo) | np.isnan(hi))
             if has_ci.any():
                 err = np.vstack([np.where(has_ci, ys - lo, 0), np.where(has_ci, hi - ys, 0)])
@@ -395,6 +440,12 @@ def _plot(group, suite: str, metric: str) -> bytes:
         return buf.getvalue()
     finally:
         plt.close(fig)
+
+
+def _bound(interval: Any, side: str) -> float:
+    if not isinstance(interval, dict) or interval.get(side) is None:
+        return math.nan
+    return float(interval[side])
 
 
 def print_result(result: NightlyResult) -> None:

@@ -33,12 +33,14 @@ from typing import Any
 
 from harness.errors import ConfigError, MixbenchError
 from harness.runner import GridRequest, Resources
+from harness.values import build_config, coerce_values, option
 
 PLAN_KEYS = (
     "name", "preset", "presets", "mixers", "mixer_configs", "seeds", "suites", "train", "data", "backbone",
     "device", "kernel", "resources", "nightly",
 )
 TOLERANCE_KEYS = ("rel_tolerance", "abs_tolerance", "ci_scale")
+Z95 = 1.959964  # two-sided 95% normal quantile: the margin of a difference of two independent estimates
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -47,15 +49,18 @@ class Tolerance:
     """When a change of a metric between two nights counts as a regression.
 
     A metric regresses when it moves in its bad direction (``higher_is_better`` says which) by more than
-    ``max(abs_tolerance, rel_tolerance * |previous|, ci_scale * sqrt(h_prev**2 + h_now**2))``, where ``h`` is a
-    night's CI half-width. Two independent estimates with 95% half-widths h1 and h2 differ by less than
-    ``sqrt(h1**2 + h2**2)`` 95% of the time (normal approximation), so ``ci_scale = 1`` flags only changes
-    the suite's own uncertainty cannot explain; the relative floor covers metrics without a CI (timings).
+    ``max(abs_tolerance, rel_tolerance * |previous|, ci_scale * 1.96 * sqrt(se_prev**2 + se_now**2))``, where
+    ``se`` is a night's standard error, read off its interval by the interval's own kind and level
+    (:meth:`harness.stats.Interval.normal_stderr`; a min-max range has none and adds nothing). Two independent
+    estimates differ by less than ``1.96 * sqrt(se1**2 + se2**2)`` 95% of the time (normal approximation), so
+    ``ci_scale = 1`` flags only changes the suite's own uncertainty cannot explain; the relative floor covers
+    metrics without an interval (timings).
     """
 
-    rel_tolerance: float = 0.01
-    abs_tolerance: float = 0.0
-    ci_scale: float = 1.0
+    rel_tolerance: float = option(0.01, "relative change that counts as a regression", min=0)
+    abs_tolerance: float = option(0.0, "absolute change that counts as a regression", min=0)
+    ci_scale: float = option(1.0, "multiple of the combined 95% margin of both nights that counts as a regression",
+                             min=0)
 
     def __post_init__(self) -> None:
         for name in TOLERANCE_KEYS:
@@ -64,9 +69,9 @@ class Tolerance:
                 raise ConfigError(f"nightly: {name} must be a number >= 0, got {value!r}.")
             object.__setattr__(self, name, float(value))
 
-    def threshold(self, previous: float, half_prev: float | None, half_now: float | None) -> float:
-        ci = (half_prev or 0.0) ** 2 + (half_now or 0.0) ** 2
-        return max(self.abs_tolerance, self.rel_tolerance * abs(previous), self.ci_scale * ci**0.5)
+    def threshold(self, previous: float, se_prev: float | None, se_now: float | None) -> float:
+        combined = ((se_prev or 0.0) ** 2 + (se_now or 0.0) ** 2) ** 0.5
+        return max(self.abs_tolerance, self.rel_tolerance * abs(previous), self.ci_scale * Z95 * combined)
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,7 @@ class Plan:
 
     def requests(
         self, device: str, force: bool = False, progress: bool = True, plugins: tuple[str, ...] = (),
+        skip_gate: bool = False,
     ) -> list[GridRequest]:
         """One :class:`GridRequest` per preset (the runner turns them into jobs)."""
         return [
@@ -175,6 +181,7 @@ class Plan:
                 progress=progress,
                 resources=self.resources,
                 plugins=tuple(plugins),
+                skip_gate=skip_gate,
             )
             for preset in self.presets
         ]
@@ -225,6 +232,7 @@ def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Pl
         raise ConfigError(f"{where}: seeds must be a list of integers, got {seeds!r}.")
     resources = _mapping(raw.get("resources"), "resources", where)
     _unknown(resources, [f.name for f in dataclasses.fields(Resources)], f"{where}: resources")
+    resources = coerce_values(Resources, resources, f"{where}: resources")  # .nan / "2" / true are refused
     device = raw.get("device") or "auto"
     kernel = raw.get("kernel")
     if not isinstance(device, str) or (kernel is not None and not isinstance(kernel, str)):
@@ -284,10 +292,11 @@ def _names_with_configs(value: Any, key: str, where: str) -> tuple[list[str], di
 def _nightly(value: Any, where: str) -> NightlyPolicy:
     raw = _mapping(value, "nightly", where)
     _unknown(raw, [*TOLERANCE_KEYS, "suites"], f"{where}: nightly")
-    default = Tolerance(**{k: raw[k] for k in TOLERANCE_KEYS if k in raw})
+    default = build_config(Tolerance, {k: raw[k] for k in TOLERANCE_KEYS if k in raw}, f"{where}: nightly")
     per_suite = {}
     for suite, over in _mapping(raw.get("suites"), "nightly.suites", where).items():
         over = _mapping(over, f"nightly.suites.{suite}", where)
         _unknown(over, TOLERANCE_KEYS, f"{where}: nightly.suites.{suite}")
+        over = coerce_values(Tolerance, over, f"{where}: nightly.suites.{suite}")
         per_suite[suite] = dataclasses.replace(default, **over)
     return NightlyPolicy(default, per_suite)

@@ -15,7 +15,7 @@ from harness.errors import MixbenchError
 # Options of `mixbench run` that a plan file may sit beside; every other grid option belongs in the plan.
 _PLAN_COMPATIBLE = {
     "command", "plan", "results", "plugin", "executor", "address", "workers", "ray_cpus", "ray_gpus",
-    "ray_object_store_mb", "force", "no_progress", "device", "keep_going",
+    "ray_object_store_mb", "force", "no_progress", "device", "keep_going", "skip_gate",
 }
 
 
@@ -39,6 +39,8 @@ def add_nightly_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--publish", default=None, metavar="DIR", help="republish the static site into DIR afterwards")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the plan's, else cuda when available)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--skip-gate", action="store_true",
+                   help="score mixers that fail the conformance gate (for debugging; recorded in every result)")
     add_executor_args(p)
 
 
@@ -54,7 +56,7 @@ def executor_from_args(args: argparse.Namespace):
 def _plan_device(plan, requested: str | None, executor: str = "local") -> str:
     """The device jobs train on. On this machine it is checked here; on Ray the workers' GPUs count, not the
     driver's: ``auto`` means cuda when the plan gives each job a GPU, and each job checks its own node."""
-    from harness.cli import _device
+    from harness.devices import resolve_device as _device
 
     wanted = requested if requested is not None else (None if plan.device == "auto" else plan.device)
     if executor == "ray":
@@ -66,10 +68,8 @@ def _plan_device(plan, requested: str | None, executor: str = "local") -> str:
     return _device(wanted)
 
 
-def _check_no_grid_flags(args: argparse.Namespace) -> None:
-    from harness.cli import build_parser
-
-    defaults = build_parser().parse_args(["run"])
+def check_no_grid_flags(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
+    """Refuse grid options beside a plan file (``defaults``: what ``mixbench run`` parses to with no options)."""
     given = sorted(
         f"--{k.replace('_', '-')}" for k, v in vars(args).items()
         if k not in _PLAN_COMPATIBLE and getattr(defaults, k, v) != v
@@ -86,11 +86,11 @@ def cmd_run_plan(args: argparse.Namespace) -> int:
     from harness.results import ResultsStore
     from harness.runner import run_requests
 
-    _check_no_grid_flags(args)
     plan = load_plan(args.plan)
     store = ResultsStore(args.results)
     device = _plan_device(plan, args.device, args.executor)
-    reqs = plan.requests(device, force=args.force, progress=not args.no_progress, plugins=tuple(args.plugin))
+    reqs = plan.requests(device, force=args.force, progress=not args.no_progress, plugins=tuple(args.plugin),
+                         skip_gate=args.skip_gate)
     with executor_from_args(args) as executor:
         report = run_requests(reqs, store, executor, keep_going=args.keep_going)
     print(report.render())
@@ -108,7 +108,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     with executor_from_args(args) as executor:
         result = run_nightly(
             plan, store, executor, device=_plan_device(plan, args.device, args.executor), progress=not args.no_progress,
-            plugins=tuple(args.plugin), publish_dir=publish,
+            plugins=tuple(args.plugin), publish_dir=publish, skip_gate=args.skip_gate,
         )
     print(result.render())
     return result.exit_code

@@ -2,14 +2,15 @@
 
 Layout of the site folder::
 
-    index.html                    the board (sortable), the Pareto view, notes on how it is aggregated, downloads
-    suites/<suite>.html           every metric of the suite, its plots and its examples (judged pairs, robustness
-                                  pairs, unit cards, generations)
-    rows/<mixer>-<preset>.html    provenance of a row: every run behind it with code, package, device and kernel
-                                  versions, fields that differ between the runs marked
+    index.html                    the board (sortable) with ranks, rank intervals, tie groups and the gate, a
+                                  legend for every mark, the Pareto view with its legend, downloads
+    suites/<suite>.html           every metric of the suite, the suite's own section (its hook: judged pairs,
+                                  robustness pairs, accuracy-vs-state, ...), its plots and runs
+    rows/<row>.html               one model: identity, cost, training and validation loss curves, and the
+                                  provenance of every run behind it, fields that differ between the runs marked
     runs/<run_id>.html, .json     one run: metrics, plots and the manifest as stored
     plots/<run_id>/<file>         the plots stored with the runs
-    board.{csv,json}, leaderboard.{csv,json,md}   downloads (board: aggregated; leaderboard: every metric)
+    board.{csv,json}, leaderboard.md   downloads (the full board; the compact terminal view)
     assets/site.css, site.js      the only style and script; nothing is fetched from the network
 
 Why it is built this way:
@@ -29,7 +30,10 @@ Why it is built this way:
   directions so a missing number never looks like the best one (MTEB #1813).
 * The site is written into a temporary folder next to ``out`` and swapped in at the end: a reader never sees a
   half-written site, and a failed publish leaves the previous one. An existing ``out`` that is not a mixbench
-  site (no marker file) is never replaced.
+  site (no marker file) is never replaced, and a live site is never replaced by a board of zero runs (a
+  mistyped ``--results``) unless ``force``.
+* The core knows no suite: a suite's page is the generic metric table plus whatever the suite's
+  :meth:`harness.suite.Suite.site_section` returns, built only with the :class:`Kit` helpers, which escape.
 """
 
 from __future__ import annotations
@@ -50,22 +54,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pandas as pd
 
+from harness.board import Board, BoardConfig, build_board
 from harness.errors import MixbenchError
-from harness.leaderboard import (
-    _STYLES,
-    MISSING,
-    BoardConfig,
-    Cell,
-    _display,
-    build_board,
-    frame_from_runs,
-    pareto_plot,
-    render,
-    table_from_frame,
-)
+from harness.registry import SUITES
+from harness.render import MISSING, board_json, display, legend, render
 from harness.results import ResultsStore, RunRecord, json_safe
+from harness.table import Row, table_from_runs
 
 MARKER = ".mixbench-site"
 CSP = (
@@ -77,9 +72,6 @@ PLOT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 IMAGE_TYPES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg")
 HTML_TYPES = (".html", ".htm")
 TEXT_TYPES = (".csv", ".json", ".jsonl", ".txt", ".md", ".tsv")
-MAX_PAIRS = 60  # judged pairs shown per pool
-MAX_GENERATION_PROMPTS = 30
-MAX_ROBUSTNESS_PER_SLICE = 3
 MAX_GENERIC_SAMPLES = 20
 PROVENANCE_PACKAGES = ("torch", "mamba-ssm", "flash-linear-attention", "fla-core", "triton", "transformers")
 
@@ -138,6 +130,9 @@ table.sortable th{cursor:pointer;user-select:none}
 th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
 td.missing{color:#999;text-align:center}
 .flag{color:#b45309;cursor:help}
+td.best{font-weight:600;background:#eef7ee}
+td.unreliable{color:#999}
+.legend dt{font-weight:600;margin-top:.4em}.legend dd{margin-left:1.2em}
 tr.front td:first-child{border-left:4px solid #d62728}
 .note{color:#555;font-size:.85em;max-width:70em}
 .differs{background:#fff1c2}
@@ -232,55 +227,26 @@ def _page(title: str, body: str, depth: int, generated: str) -> str:
 # ---------------------------------------------------------------------------------------------- tables
 
 
-def _sort_key(value: Any) -> str | None:
-    """The ``data-sort`` value of a cell: the raw number (not its rounded text), ``None`` when missing."""
-    if isinstance(value, Cell):
-        return None if math.isnan(value.value) else repr(value.value)
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return repr(float(value))
-    return None  # text sorts by what is shown
-
-
-def table_html(table: pd.DataFrame, table_id: str, row_links: dict[tuple[str, str], str] | None = None,
-               front: set[tuple[str, str]] | None = None, flags: dict[tuple[str, str], str] | None = None) -> str:
-    """A leaderboard frame as a sortable HTML table: display text from the leaderboard's own formatting
-    (escaped, best cell in bold), raw numbers in ``data-sort``, missing cells marked; the mixer cell links to
-    ``row_links[(mixer, preset)]`` when given and carries ``flags[(mixer, preset)]`` as a warning mark."""
-    if table.empty:
-        return f'<p class="note">{_e(table.attrs.get("empty_message", "no results"))}</p>'
-    header, body = _display(table, _STYLES["html"])
-    columns = list(table.columns)
-    text_columns = {"mixer", "preset", "seeds", "coverage", "pareto"}
+def table_html(header: list[str], rows: list[list[str]], table_id: str = "", sortable: bool = True,
+               raw: list[list[Any]] | None = None, classes: list[list[str]] | None = None,
+               keys: list[str] | None = None) -> str:
+    """An HTML table from already-escaped cell HTML; ``raw`` numbers go to ``data-sort`` (missing sorts last)."""
     head = "".join(
-        f'<th data-key="{_e(c)}" class="{"text" if c in text_columns else "num"}" scope="col">{h}</th>'
-        for c, h in zip(columns, header)
+        f'<th data-key="{_e(keys[i] if keys else h)}" scope="col">{_e(h)}</th>' for i, h in enumerate(header)
     )
-    lines = []
-    for (_, row), shown in zip(table.iterrows(), body):
-        key = (str(row["mixer"]), str(row["preset"]))
+    body = []
+    for i, line in enumerate(rows):
         cells = []
-        for c, text in zip(columns, shown):
-            value = row[c]
-            sort = _sort_key(value)
-            attrs = f' data-sort="{_e(sort)}"' if sort is not None else ""
-            classes = ["text"] if c in text_columns else []
-            if text == MISSING:
-                classes.append("missing")
-                attrs = ""
-            if c == "mixer" and row_links and key in row_links:
-                text = f'<a href="{_e(row_links[key])}">{text}</a>'
-            if c == "mixer" and flags and key in flags:
-                text += f' <span class="flag" title="{_e(flags[key])}">&#9873;</span>'
-            cls = f' class="{" ".join(classes)}"' if classes else ""
-            cells.append(f"<td{cls}{attrs}>{text}</td>")
-        tr = ' class="front"' if front and key in front else ""
-        lines.append(f"<tr{tr}>{''.join(cells)}</tr>")
-    return (
-        f'<table id="{_e(table_id)}" class="sortable"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(lines)}</tbody></table>"
-    )
+        for j, text in enumerate(line):
+            n = raw[i][j] if raw is not None else None
+            attrs = f' data-sort="{_e(repr(float(n)))}"' if isinstance(n, (int, float)) and not isinstance(n, bool) \
+                and math.isfinite(float(n)) else ""
+            cls = " ".join(c for c in ((classes[i][j] if classes else ""), "missing" if text == MISSING else "") if c)
+            cells.append(f'<td{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}{attrs}>{text}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    ident = f' id="{_e(table_id)}"' if table_id else ""
+    kind = ' class="sortable"' if sortable else ""
+    return f"<table{ident}{kind}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _kv_table(rows: Iterable[tuple[str, Any]]) -> str:
@@ -288,12 +254,44 @@ def _kv_table(rows: Iterable[tuple[str, Any]]) -> str:
     return f"<table>{body}</table>"
 
 
+class Kit:
+    """The :class:`harness.suite.SiteKit` a suite's section is built with, for one page at ``depth``."""
+
+    def __init__(self, site: "_Site", depth: int):
+        self.site, self.depth = site, depth
+
+    def escape(self, value: Any) -> str:
+        return _e(value)
+
+    def table(self, header, rows, caption: str = "") -> str:
+        cap = f"<caption>{_e(caption)}</caption>" if caption else ""
+        head = "".join(f"<th>{_e(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f'<td class="text">{_e(c)}</td>' for c in r) + "</tr>" for r in rows)
+        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def plot(self, run: RunRecord, rel: str, caption: str = "") -> str:
+        for path, kind, source in self.site.plots.get(run.run_id, []):
+            if source == rel and kind == "image":
+                url = _href(*[".."] * self.depth, *path.split("/"))
+                cap = f"<figcaption>{_e(caption)}</figcaption>" if caption else ""
+                return f'<figure class="plots"><img src="{url}" alt="{_e(caption or rel)}" loading="lazy">{cap}</figure>'
+        return ""
+
+    def model_label(self, run: RunRecord) -> str:
+        s = run.manifest.subject
+        return _e(f"{s.label} / {s.preset}" if s.preset else s.label)
+
+    def run_link(self, run: RunRecord, text: str) -> str:
+        return f'<a href="{_href(*[".."] * self.depth, "runs", f"{run.run_id}.html")}">{_e(text)}</a>'
+
+
 # ---------------------------------------------------------------------------------------------- provenance
 
 
-def provenance_summary(manifest: dict[str, Any]) -> dict[str, str]:
-    """The fields of a run's manifest a reader compares across runs: code, packages, device, kernel."""
-    prov = manifest.get("provenance") or {}
+def provenance_summary(run: RunRecord) -> dict[str, str]:
+    """The fields of a run a reader compares across runs: code, packages, device, kernel, gate."""
+    m = run.manifest
+    prov = m.provenance or {}
     git = prov.get("git") or {}
     commit = git.get("commit")
     code = " ".join(
@@ -305,14 +303,15 @@ def provenance_summary(manifest: dict[str, Any]) -> dict[str, str]:
     ) if prov else ""  # fmt: skip
     hw = prov.get("hardware") or {}
     cuda = hw.get("cuda") or {}
-    packages = {**(prov.get("packages") or {}), **(manifest.get("mixer_packages") or {})}
+    packages = {**(prov.get("packages") or {}), **(m.subject.packages or {})}
     out = {
         "code": code,
-        "device": str(manifest.get("device") or ""),
+        "gate": f"{m.gate.status} (v{m.gate.version})",
+        "device": str(m.subject.device or ""),
         "gpu": ", ".join(map(str, cuda.get("devices") or [])) + (f" (CUDA {cuda.get('cuda_version')})" if cuda else ""),
         "cpu": str(hw.get("cpu") or ""),
-        "kernel": str(manifest.get("kernel") or ""),
-        "dtype": str(manifest.get("dtype") or ""),
+        "kernel": str(m.subject.kernel or ""),
+        "dtype": str(m.subject.dtype or ""),
         "python": str(prov.get("python") or ""),
         "platform": str(prov.get("platform") or ""),
     }
@@ -322,13 +321,34 @@ def provenance_summary(manifest: dict[str, Any]) -> dict[str, str]:
 
 
 def provenance_differences(summaries: list[dict[str, str]]) -> list[str]:
-    """Fields with more than one recorded value among the runs (a field a run did not record is unknown, not
-    different: older runs and suites that copy fewer fields leave it empty)."""
+    """Fields with more than one recorded value among the runs (an unrecorded field is unknown, not different)."""
     fields = list(dict.fromkeys(f for s in summaries for f in s))
     return [f for f in fields if len({s.get(f) for s in summaries if s.get(f)}) > 1]
 
 
 # ---------------------------------------------------------------------------------------------- the site
+
+
+LEGEND = (
+    ("rank", "Borda rank within the preset over the voting columns, every suite weighing the same; in brackets "
+             "its bootstrap interval (voting columns and, within each, the shared items resampled). "
+             "= marks a row whose rank interval overlaps another's: their order is not settled. – marks a row "
+             "that lacks a voting suite (not ranked; the notes say what it lacks)."),
+    ("a, b, ... after a value", "tie groups of a voting column: group a (highlighted) holds the best row and "
+                                "every row a paired test on shared items cannot tell from it (Holm-corrected); "
+                                "group b repeats that on the rest, and so on."),
+    ("value [low, high]", "mean over seeds with its interval: the suite's own (bootstrap, Wilson, normal, range "
+                          "— the run page says which) with one seed, a Student-t interval over seeds otherwise."),
+    ("†  greyed", "unreliable: the suite found this number measures nothing (e.g. a judge at chance on its "
+                  "gold canaries); shown, never voting. The notes below give the reason."),
+    ("°", "the point estimate lies outside its interval (a skewed statistic); reported as it is, never widened."),
+    ("gate", "the conformance gate's verdict for the row's mixer and config: passed, or skipped (scored with "
+             "--skip-gate, for debugging). A mixer that fails the gate is never scored."),
+    ("Pareto", "in the quality-vs-speed plot, red points (and a red left border in the table) are on the front: "
+               "no other model of the preset is at least as good on both axes and better on one."),
+    ("— / n/a", "— a missing cell (the suite did not run for this row); n/a a number that does not exist "
+                "(e.g. a crossover outside the measured grid)."),
+)
 
 
 class _Site:
@@ -338,15 +358,12 @@ class _Site:
         self.store, self.root, self.config = store, root, config
         self.generated = datetime.now(UTC).isoformat(timespec="seconds")
         self.runs: list[RunRecord] = list(store.iter_runs(samples=True))  # the one read of the store
-        self.frame = frame_from_runs(self.runs)
-        self.placed = [r for r in self.runs if all(r.manifest.get(k) is not None for k in ("suite", "mixer", "preset"))]
-        self.suites = sorted({str(r.manifest["suite"]) for r in self.placed})
+        self.table = table_from_runs(self.runs, str(store.root))
+        self.board: Board = build_board(self.table, config)
+        self.suites = sorted({r.manifest.suite for r in self.runs})
         self.suite_files = {s: f"{slug(s)}.html" for s in self.suites}
-        self.row_runs: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-        for r in self.placed:
-            self.row_runs[(str(r.manifest["mixer"]), str(r.manifest["preset"]))].append(r)
-        self.row_files = {k: f"{slug(f'{k[0]}-{k[1]}')}.html" for k in self.row_runs}
-        self.plots: dict[str, list[tuple[str, str]]] = {}  # run id -> [(site path under plots/, kind)]
+        self.row_files = {row.key: f"{slug(f'{row.label}-{row.preset}-{row.key}')}.html" for row in self.table.rows}
+        self.plots: dict[str, list[tuple[str, str, str]]] = {}  # run id -> [(site path, kind, stored rel)]
 
     def write(self) -> None:
         for folder in ("assets", "suites", "rows", "runs", "plots"):
@@ -359,8 +376,8 @@ class _Site:
         self._index()
         for suite in self.suites:
             self._suite_page(suite)
-        for key in self.row_runs:
-            self._row_page(key)
+        for row in self.table.rows:
+            self._row_page(row)
         for run in self.runs:
             self._run_page(run)
         (self.root / MARKER).write_text(f"mixbench site generated {self.generated} from {self.store.root}\n")
@@ -370,7 +387,7 @@ class _Site:
         (self.root / rel).write_text(_page(title, body, depth, self.generated), encoding="utf-8")
 
     # ------------------------------------------------------------------ plots
-    def _copy_plots(self, run: RunRecord) -> list[tuple[str, str]]:
+    def _copy_plots(self, run: RunRecord) -> list[tuple[str, str, str]]:
         out, used = [], set()
         for rel in run.plots:
             name = _file_name(rel)
@@ -393,13 +410,13 @@ class _Site:
             target = self.root / "plots" / run.run_id / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-            out.append((f"plots/{run.run_id}/{name}", kind))
+            out.append((f"plots/{run.run_id}/{name}", kind, rel))
         return out
 
     def _plots_html(self, run: RunRecord, depth: int) -> str:
         up = [".."] * depth
         parts = []
-        for path, kind in self.plots.get(run.run_id, []):
+        for path, kind, _ in self.plots.get(run.run_id, []):
             url = _href(*up, *path.split("/"))
             name = path.rsplit("/", 1)[1]
             if kind == "image":
@@ -415,104 +432,130 @@ class _Site:
 
     # ------------------------------------------------------------------ downloads and index
     def _downloads(self) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the index shows the same warnings once
-            full = table_from_frame(self.frame, str(self.store.root), all_metrics=True)
-        for fmt in ("csv", "json", "md"):
-            (self.root / f"leaderboard.{fmt}").write_text(render(full, fmt) + "\n", encoding="utf-8")
+        (self.root / "board.json").write_text(board_json(self.board) + "\n", encoding="utf-8")
+        (self.root / "board.csv").write_text(render(self.board, "csv", "full") + "\n", encoding="utf-8")
+        (self.root / "leaderboard.md").write_text(render(self.board, "md") + "\n", encoding="utf-8")
+
+    def _board_html(self, view: str, table_id: str, depth: int, suite: str | None = None) -> str:
+        if self.table.empty:
+            return f'<p class="note">{_e(render(self.board, "md"))}</p>'
+        d = display(self.board, view, suite, "html")
+        up = [".."] * depth
+        rows_sorted = sorted(self.table.rows, key=lambda r: (r.preset, self.board.rank.get(r.key) is None,
+                                                             self.board.rank.get(r.key) or 0, r.label))
+        cells, classes = [], []
+        for row, line, bold in zip(rows_sorted, d.body, d.best):
+            html_line, cls_line = [], []
+            for key, text, b in zip(d.keys, line, bold):
+                h = _e(text)
+                if key == "model":
+                    h = f'<a href="{_href(*up, "rows", self.row_files[row.key])}">{h}</a>'
+                    if self.board.pareto.get(row.key):
+                        h += ' <span class="flag" title="on the Pareto front of its preset">&#9670;</span>'
+                    differs = provenance_differences([provenance_summary(r) for r in row.runs])
+                    if differs:
+                        h += f' <span class="flag" title="{_e("runs of this row differ in " + ", ".join(differs))}">&#9873;</span>'
+                cell = self.table.cell(row, key) if "/" in key else None
+                cls = "best" if b else ("unreliable" if cell is not None and cell.unreliable else "")
+                if key in d.text_columns:
+                    cls = (cls + " text").strip()
+                html_line.append(h)
+                cls_line.append(cls)
+            cells.append(html_line)
+            classes.append(cls_line)
+        return table_html(d.header, cells, table_id, raw=d.raw, classes=classes, keys=d.keys)
 
     def _index(self) -> None:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            board = build_board(self.store, self.config, self.frame)
-        notes = sorted({str(w.message) for w in caught})
-        for fmt in ("csv", "json"):
-            (self.root / f"board.{fmt}").write_text(render(board, fmt) + "\n", encoding="utf-8")
-        links = {k: f"rows/{f}" for k, f in self.row_files.items()}
-        front = set()
-        if not board.empty:
-            front = {(str(r.mixer), str(r.preset)) for _, r in board.iterrows() if r.pareto == "yes"}
-        flags = {}
-        for key, runs in self.row_runs.items():
-            differs = provenance_differences([provenance_summary(r.manifest) for r in runs])
-            if differs:
-                flags[key] = f"runs of this row differ in {', '.join(differs)}"
+        board = self.board
         parts = [
             "<h1>mixbench leaderboard</h1>",
-            (
-                f'<p class="note">{len(self.placed)} runs of {len(self.row_runs)} models (mixer × preset) from '
-                f"<code>{_e(self.store.root)}</code>. Click a column header to sort; click a mixer for the "
-                "provenance of its row (&#9873;: its runs differ in code, packages, device or kernel).</p>"
-            ),
-            table_html(board, "board", links, front, flags),
+            f'<p class="note">{len(self.runs)} runs of {len(self.table.rows)} models from <code>{_e(self.store.root)}'
+            "</code>. Click a column header to sort; click a model for its loss curves and the provenance of its runs "
+            "(&#9873;: its runs differ in code, packages, device or kernel; &#9670;: on the Pareto front).</p>",
+            self._board_html("full", "board", 0),
+            "<h2>What the marks mean</h2>",
+            '<dl class="legend">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in LEGEND) + "</dl>",
+            "<h2>Notes</h2>",
+            '<ul class="note">' + "".join(f"<li>{_e(n)}</li>" for n in legend(board, list(self.table.columns))) + "</ul>",
         ]
-        parts += [f'<p class="note">warning: {_e(n)}</p>' for n in notes]
-        if not board.empty:
-            parts.append(self._board_notes(board))
-            plot = pareto_plot(board, self.root / "pareto.png")
-            if plot is not None:
-                parts.append(f'<h2>Quality vs speed</h2><div class="plots"><img src="pareto.png" '
-                             f'alt="Pareto view: {_e(board.attrs["quality"])} against {_e(board.attrs["speed"])}"></div>')
-            fronts = "".join(
-                f"<li>preset {_e(p)}: {_e(', '.join(m) or 'no row has both axes')}</li>"
-                for p, m in board.attrs["fronts"].items()
+        plot = self._pareto_plot()
+        if plot:
+            parts.append(
+                "<h2>Quality vs speed</h2>"
+                f'<p class="note">{_e(board.quality_name)} against {_e(board.speed_name)}, per preset. Red: on the '
+                "Pareto front (no other model of the preset is at least as good on both axes and better on one); "
+                "grey: dominated; the red line joins the front.</p>"
+                f'<div class="plots"><img src="pareto.png" alt="{_e(board.quality_name)} against {_e(board.speed_name)}"></div>'
             )
-            parts.append(f"<p class=\"note\">On the Pareto front (red border in the table):</p><ul>{fronts}</ul>")
         parts.append("<h2>Suites</h2><ul>" + "".join(
-            f'<li><a href="{_href("suites", f)}">{_e(s)}</a> ({sum(r.manifest["suite"] == s for r in self.placed)} runs)</li>'
+            f'<li><a href="{_href("suites", f)}">{_e(s)}</a> ({sum(r.manifest.suite == s for r in self.runs)} runs)</li>'
             for s, f in self.suite_files.items()
         ) + "</ul>")
         parts.append(
             "<h2>Downloads</h2><ul>"
             '<li><a href="board.csv" download>board.csv</a> · <a href="board.json" download>board.json</a> '
-            "(this table)</li>"
-            '<li><a href="leaderboard.csv" download>leaderboard.csv</a> · '
-            '<a href="leaderboard.json" download>leaderboard.json</a> · '
-            '<a href="leaderboard.md" download>leaderboard.md</a> (every metric)</li></ul>'
+            "(every column with intervals, groups, votes and ranks)</li>"
+            '<li><a href="leaderboard.md" download>leaderboard.md</a> (the compact view)</li></ul>'
         )
-        data = json.loads(render(board, "json")) if not board.empty else []
-        parts.append(f'<script type="application/json" id="board-data">{script_json(data)}</script>')
+        parts.append(f'<script type="application/json" id="board-data">{script_json(json.loads(board_json(board)))}</script>')
         self._write("index.html", "mixbench leaderboard", "\n".join(parts))
 
-    @staticmethod
-    def _board_notes(board: pd.DataFrame) -> str:
-        attrs = board.attrs
-        weights = attrs["borda_weights"]
-        voting = ", ".join(f"{c} (×{w:.3g})" for c, w in weights.items()) or "none"
-        baselines = ", ".join(f"{c}: {s}" for c, s in attrs["baselines"].items())
-        items = [
-            (
-                "Cells are the mean over training seeds with a 95% Student-t interval (one seed: the run's own "
-                "interval). — marks a missing cell; n/a a number that does not exist (e.g. a crossover outside "
-                "the grid)."
-            ),
-            "Columns ending in “(norm)” are classification scores rescaled as on the Open LLM Leaderboard: "
-            "100 × (score − baseline) / (best − baseline), at least 0; the baseline is the majority-class rate of the "
-            "evaluation set (majority), 0 for MCC (mcc) or a given chance level (chance)"
-            + (f". Here: {baselines}." if baselines else "."),
-            "“mean <suite>” averages a suite's normalised columns and is missing when a row lacks any of them.",
-            (
-                f"Borda rank, within each preset: each voting column gives a point per row beaten and half per "
-                f"tie; votes: {voting}. Rows missing a voting cell are not ranked (coverage counts their cells); "
-                "“rank <suite>” ranks the rows that have all of that suite's cells."
-            ),
-            f"Pareto view: {attrs['quality']} against {attrs['speed']}, within each preset.",
-        ]
-        return '<ul class="note">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
+    def _pareto_plot(self) -> bool:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        board = self.board
+        by_preset: dict[str, list[Row]] = defaultdict(list)
+        for row in self.table.rows:
+            if board.pareto.get(row.key) is not None:
+                by_preset[row.preset].append(row)
+        if not by_preset:
+            return False
+        fig, axes = plt.subplots(1, len(by_preset), figsize=(5.5 * len(by_preset), 4.2), squeeze=False)
+        for ax, (preset, rows) in zip(axes[0], sorted(by_preset.items())):
+            pts = []
+            for row in rows:
+                speed = row.train_tokens_per_s if board.speed_name == "train_tokens_per_s" else \
+                    self.table.cell(row, board.speed_name).value
+                quality = board.points[row.key] if board.quality_name == "borda points" else \
+                    self.table.cell(row, board.quality_name).value
+                pts.append((speed, quality, bool(board.pareto[row.key]), row.label))
+            ax.scatter([p[0] for p in pts if not p[2]], [p[1] for p in pts if not p[2]], c="#999", s=36,
+                       label="dominated")
+            ax.scatter([p[0] for p in pts if p[2]], [p[1] for p in pts if p[2]], c="#d62728", s=48,
+                       label="Pareto front")
+            line = sorted((p[0], p[1]) for p in pts if p[2])
+            if len(line) > 1:
+                ax.plot([x for x, _ in line], [y for _, y in line], c="#d62728", lw=1, alpha=0.6)
+            for x, y, _, label in pts:
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8, parse_math=False)
+            ax.set_xscale("log")
+            ax.set_xlabel(f"{board.speed_name} (log)", parse_math=False)
+            ax.set_ylabel(board.quality_name, parse_math=False)
+            ax.set_title(f"preset {preset}", parse_math=False)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(self.root / "pareto.png", dpi=110)
+        plt.close(fig)
+        return True
 
     # ------------------------------------------------------------------ suite pages
     def _suite_page(self, suite: str) -> None:
-        runs = [r for r in self.placed if r.manifest["suite"] == suite]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            table = table_from_frame(self.frame, str(self.store.root), [suite], all_metrics=True)
-        links = {k: f"../rows/{f}" for k, f in self.row_files.items()}
-        parts = [f"<h1>Suite: {_e(suite)}</h1>", table_html(table, "suite-table", links)]
-        examples = {
-            "judge": self._judge_examples, "robustness": self._robustness_examples,
-        }.get(suite, self._generic_examples)(runs)
-        if examples:
-            parts.append(examples)
+        runs = [r for r in self.runs if r.manifest.suite == suite]
+        parts = [f"<h1>Suite: {_e(suite)}</h1>"]
+        if any(c.suite == suite for c in self.table.columns):
+            parts.append(self._board_html("suite", "suite-table", 1, suite))
+        section = ""
+        if suite in SUITES.names():
+            try:
+                section = SUITES.get(suite).cls.site_section(runs, Kit(self, 1))
+            except Exception as exc:  # a suite's page must not take the whole site down
+                warnings.warn(f"suite {suite}: its site section failed ({type(exc).__name__}: {exc}); left out.",
+                              stacklevel=2)
+        parts.append(section or self._generic_samples(runs))
         plotted = [r for r in _newest_first(runs) if self.plots.get(r.run_id)]
         if plotted:
             parts.append("<h2>Plots</h2>")
@@ -522,9 +565,10 @@ class _Site:
         self._write(f"suites/{self.suite_files[suite]}", f"mixbench · {suite}", "\n".join(parts))
 
     def _run_label(self, run: RunRecord, depth: int) -> str:
-        m = run.manifest
+        s = run.manifest.subject
         url = _href(*[".."] * depth, "runs", f"{run.run_id}.html")
-        return (f'{_e(m.get("mixer"))} / {_e(m.get("preset"))} / seed {_e(m.get("seed"))} '
+        seed = f" / seed {s.seed}" if s.seed is not None else ""
+        return (f'{_e(s.label)} / {_e(s.preset or "—")}{_e(seed)} '
                 f'<span class="note">(run <a href="{url}">{_e(run.run_id)}</a>)</span>')
 
     def _run_list(self, runs: list[RunRecord], depth: int) -> str:
@@ -533,158 +577,127 @@ class _Site:
             m = r.manifest
             url = _href(*[".."] * depth, "runs", f"{r.run_id}.html")
             rows.append(
-                f'<tr><td class="text"><a href="{url}">{_e(r.run_id)}</a></td><td class="text">{_e(m.get("kind", ""))}</td>'
-                f'<td class="text">{_e(m.get("mixer"))}</td><td class="text">{_e(m.get("preset"))}</td>'
-                f'<td>{_e(m.get("seed"))}</td><td class="text">{_e(m.get("written_at", ""))}</td></tr>'
+                f'<tr><td class="text"><a href="{url}">{_e(r.run_id)}</a></td><td class="text">{_e(m.kind)}</td>'
+                f'<td class="text">{_e(m.subject.label)}</td><td class="text">{_e(m.subject.preset or "—")}</td>'
+                f'<td>{_e("" if m.subject.seed is None else m.subject.seed)}</td>'
+                f'<td class="text">{_e(m.config_label)}</td><td class="text">{_e(m.gate.status)}</td>'
+                f'<td class="text">{_e(m.written_at)}</td></tr>'
             )
-        head = "".join(f'<th class="text">{h}</th>' for h in ("run", "kind", "mixer", "preset", "seed", "written"))
+        head = "".join(f'<th class="text">{h}</th>' for h in
+                       ("run", "kind", "model", "preset", "seed", "config", "gate", "written"))
         return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
-    def _judge_examples(self, runs: list[RunRecord]) -> str:
-        parts = []
-        ratings = [r for r in runs if r.manifest.get("kind") == "judge-rating"]
-        pools: dict[tuple, list[RunRecord]] = defaultdict(list)
-        for r in ratings:
-            pool = r.manifest.get("pool") or {}
-            pools[(str(r.manifest.get("preset")), str(r.manifest.get("seed")), json.dumps(pool, sort_keys=True))].append(r)
-        if pools:
-            parts.append("<h2>Judged pairs</h2>")
-        for (preset, seed, _), members in sorted(pools.items()):
-            seen, shown = set(), []
-            for r in sorted(members, key=lambda x: str(x.manifest.get("mixer"))):
-                for s in r.samples:
-                    pair = (str(s.get("prompt_id")), frozenset((str(s.get("mixer")), str(s.get("opponent")))))
-                    if pair not in seen:
-                        seen.add(pair)
-                        shown.append(s)
-            judge = (members[0].manifest.get("judge") or {}).get("id", "")
-            parts.append(f"<h3>preset {_e(preset)}, seed {_e(seed)} — judge {_e(judge)}: "
-                         f"{min(len(shown), MAX_PAIRS)} of {len(shown)} pairs</h3>")
-            for s in shown[:MAX_PAIRS]:
-                parts.append(_pair_html(s))
-        generations = [r for r in runs if r.manifest.get("kind") != "judge-rating" and r.samples]
-        if generations:
-            parts.append("<h2>Generations</h2>")
-            by_pool: dict[tuple, list[RunRecord]] = defaultdict(list)
-            for r in _newest_first(generations):
-                info = r.manifest.get("suite_info") or {}
-                by_pool[(str(r.manifest.get("preset")), str(r.manifest.get("seed")), str(info.get("generation_key")))].append(r)
-            for (preset, seed, key), members in sorted(by_pool.items()):
-                newest: dict[str, RunRecord] = {}
-                for r in members:
-                    newest.setdefault(str(r.manifest.get("mixer")), r)
-                prompts: dict[str, str] = {}
-                outputs: dict[str, dict[str, str]] = defaultdict(dict)
-                for mixer, r in sorted(newest.items()):
-                    for s in r.samples:
-                        pid = str(s.get("prompt_id"))
-                        prompts.setdefault(pid, str(s.get("prompt", "")))
-                        outputs[pid][mixer] = str(s.get("output", ""))
-                parts.append(f"<h3>preset {_e(preset)}, seed {_e(seed)}, prompts {_e(key)}</h3>")
-                for pid in list(prompts)[:MAX_GENERATION_PROMPTS]:
-                    rows = "".join(
-                        f'<tr><th class="text">{_e(m)}</th><td class="text"><div class="gen">{_e(o)}</div></td></tr>'
-                        for m, o in sorted(outputs[pid].items())
-                    )
-                    parts.append(f'<p><b>prompt</b></p><div class="gen">{_e(prompts[pid])}</div><table>{rows}</table>')
-        return "\n".join(parts)
-
-    def _robustness_examples(self, runs: list[RunRecord]) -> str:
-        newest: dict[tuple, RunRecord] = {}
-        for r in _newest_first(runs):
-            newest.setdefault((str(r.manifest.get("mixer")), str(r.manifest.get("preset"))), r)
-        parts = []
-        for _, r in sorted(newest.items(), key=lambda item: item[0]):
-            by_slice: dict[str, list[dict]] = defaultdict(list)
-            for s in r.samples:
-                by_slice[str(s.get("slice"))].append(s)
-            if not by_slice:
-                continue
-            parts.append(f"<h3>{self._run_label(r, 1)}</h3>")
-            rows = []
-            for sl, samples in by_slice.items():
-                for s in samples[:MAX_ROBUSTNESS_PER_SLICE]:
-                    nums = " · ".join(
-                        f"{k} {_num(s.get(k))}" for k in ("jsd_final", "top1", "spearman", "dppl") if k in s
-                    )
-                    edits = "; ".join(_edit_text(e) for e in s.get("edits") or [])
-                    rows.append(
-                        f'<tr><td class="text">{_e(sl)}<br><span class="note">{_e(s.get("kind", ""))}</span></td>'
-                        f'<td class="text"><div class="gen">{_e(s.get("original", ""))}</div></td>'
-                        f'<td class="text"><div class="gen">{_e(s.get("perturbed", ""))}</div>'
-                        f'<span class="note">{_e(edits)}</span></td><td class="text">{_e(nums)}</td></tr>'
-                    )
-            head = "".join(f'<th class="text">{h}</th>' for h in ("slice", "original", "perturbed", "scores"))
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-        return ("<h2>Example pairs</h2>" + "\n".join(parts)) if parts else ""
-
-    def _generic_examples(self, runs: list[RunRecord]) -> str:
+    def _generic_samples(self, runs: list[RunRecord]) -> str:
         parts = []
         for r in _newest_first(runs):
-            samples = [s for s in r.samples if s.get("kind") != "unit"]  # unit cards show those
-            if not samples:
+            if not r.samples:
                 continue
             shown = "".join(
-                f'<div class="gen">{_e(json.dumps(s, ensure_ascii=False))}</div>' for s in samples[:MAX_GENERIC_SAMPLES]
+                f'<div class="gen">{_e(json.dumps(s, ensure_ascii=False))}</div>' for s in r.samples[:MAX_GENERIC_SAMPLES]
             )
             parts.append(
-                f"<details><summary>{self._run_label(r, 1)}: {min(len(samples), MAX_GENERIC_SAMPLES)} of "
-                f"{len(samples)} samples</summary>{shown}</details>"
+                f"<details><summary>{self._run_label(r, 1)}: {min(len(r.samples), MAX_GENERIC_SAMPLES)} of "
+                f"{len(r.samples)} samples</summary>{shown}</details>"
             )
         return ("<h2>Samples</h2>" + "\n".join(parts)) if parts else ""
 
     # ------------------------------------------------------------------ rows and runs
-    def _row_page(self, key: tuple[str, str]) -> None:
-        runs = _newest_first(self.row_runs[key])
-        summaries = [provenance_summary(r.manifest) for r in runs]
+    def _row_page(self, row: Row) -> None:
+        runs = _newest_first(row.runs)
+        summaries = [provenance_summary(r) for r in runs]
         fields = [f for f in summaries[0] if any(s[f] for s in summaries)]
         differs = provenance_differences(summaries)
         head = "".join(f'<th class="text">{_e(h)}</th>' for h in ("suite", "seed", "run", "written", *fields))
-        rows = []
+        lines = []
         for r, s in zip(runs, summaries):
             m = r.manifest
             cells = "".join(
                 f'<td class="text{" differs" if f in differs and s[f] else ""}">{_e(s[f])}</td>' for f in fields
             )
-            rows.append(
-                f'<tr><td class="text">{_e(m.get("suite"))}</td><td>{_e(m.get("seed"))}</td>'
+            lines.append(
+                f'<tr><td class="text">{_e(m.suite)}</td><td>{_e("" if m.subject.seed is None else m.subject.seed)}</td>'
                 f'<td class="text"><a href="{_href("..", "runs", f"{r.run_id}.html")}">{_e(r.run_id)}</a></td>'
-                f'<td class="text">{_e(m.get("written_at", ""))}</td>{cells}</tr>'
+                f'<td class="text">{_e(m.written_at)}</td>{cells}</tr>'
             )
-        def newest(field: str) -> Any:  # suites copy different model fields; the newest run that has it wins
-            value = next((r.manifest[field] for r in runs if r.manifest.get(field) is not None), None)
-            if isinstance(value, (dict, list)):
-                return json.dumps(value, ensure_ascii=False, sort_keys=True)
-            return MISSING if value is None else value
-
+        subject = runs[0].manifest.subject
         parts = [
-            f"<h1>{_e(key[0])} / {_e(key[1])}</h1>",
+            f"<h1>{_e(row.label)} / {_e(row.preset)}</h1>",
             _kv_table([
-                ("parameters", newest("parameters")), ("state floats", newest("state_floats")),
-                ("training FLOPs", newest("train_flops")), ("training tokens/s", newest("train_tokens_per_s")),
-                ("mixer config", newest("mixer_config")), ("train id", newest("train_id")),
-                ("weights sha256", newest("weights_sha256")),
+                ("mixer", f"{subject.mixer} ({subject.mixer_source})"), ("seeds", ", ".join(map(str, row.seeds)) or "—"),
+                ("parameters", row.parameters), ("decode state floats", row.state_floats),
+                ("training FLOPs", row.train_flops), ("training tokens/s", row.train_tokens_per_s),
+                ("mixer config", json.dumps(subject.mixer_config, sort_keys=True)),
+                ("gate", row.gate), ("row (model identity without seed)", row.key),
             ]),
-            "<h2>Provenance of every run</h2>",
-            f'<p class="note">{"Differs between runs (highlighted): " + _e(", ".join(differs)) if differs else "All runs agree on code, packages, device and kernel."}</p>',
-            f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>',
         ]
-        self._write(f"rows/{self.row_files[key]}", f"mixbench · {key[0]} / {key[1]}", "\n".join(parts))
+        curve = self._loss_plot(row)
+        if curve:
+            parts.append(f'<h2>Training and validation loss</h2><div class="plots"><img src="{_e(curve)}" '
+                         f'alt="training and validation loss of {_e(row.label)}"></div>')
+        parts += [
+            "<h2>Provenance of every run</h2>",
+            f'<p class="note">{"Differs between runs (highlighted): " + _e(", ".join(differs)) if differs else "All runs agree on code, packages, device, kernel and gate."}</p>',
+            f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(lines)}</tbody></table>',
+        ]
+        self._write(f"rows/{self.row_files[row.key]}", f"mixbench · {row.label} / {row.preset}", "\n".join(parts))
+
+    def _loss_plot(self, row: Row) -> str:
+        """rows/<row>-loss.png: training loss per step and validation loss per evaluation, one line per seed."""
+        curves = {}
+        for r in row.runs:
+            s = r.manifest.subject
+            if s.kind == "model" and s.loss_curve and s.id not in curves:
+                curves[s.id] = (s.seed, s.loss_curve)
+        if not curves:
+            return ""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for seed, curve in sorted(curves.values(), key=lambda c: (c[0] is None, c[0])):
+            steps = [p.get("step") for p in curve if p.get("loss") is not None]
+            ax.plot(steps, [p["loss"] for p in curve if p.get("loss") is not None], lw=1, label=f"train, seed {seed}")
+            val = [(p.get("step"), p["val_loss"]) for p in curve if p.get("val_loss") is not None]
+            if val:
+                ax.plot([v[0] for v in val], [v[1] for v in val], marker="o", lw=1, label=f"validation, seed {seed}")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("loss (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = self.row_files[row.key].removesuffix(".html") + "-loss.png"
+        fig.savefig(self.root / "rows" / name, dpi=100)
+        plt.close(fig)
+        return name
 
     def _run_page(self, run: RunRecord) -> None:
         m = run.manifest
+
+        def interval_text(x) -> str:
+            iv = x.interval
+            if iv is None:
+                return ""
+            level = "" if iv.level is None else f" {iv.level:.0%}"
+            return f"[{_num(iv.low)}, {_num(iv.high)}] {iv.kind}{level}"
+
         metrics = "".join(
             f'<tr><td class="text">{_e(x.name)}</td><td data-sort="{_e(repr(x.value))}">{_e(_num(x.value))}</td>'
-            f"<td>{_e(_num(x.ci_low))}</td><td>{_e(_num(x.ci_high))}</td><td>{_e(x.n if x.n is not None else '')}</td>"
-            f'<td class="text">{_e(x.unit)}</td><td class="text">{"↑" if x.higher_is_better else "↓"}</td></tr>'
+            f'<td class="text">{_e(interval_text(x))}</td><td>{_e(x.n if x.n is not None else "")}</td>'
+            f'<td class="text">{_e(x.unit)}</td><td class="text">{_e(x.role)}</td>'
+            f'<td class="text">{"↑" if x.higher_is_better else "↓"}</td><td class="text">{_e(x.unreliable or "")}</td></tr>'
             for x in run.metrics
         )
-        head = "".join(f"<th>{h}</th>" for h in ("metric", "value", "ci low", "ci high", "n", "unit", "better"))
-        manifest_text = json.dumps(m, ensure_ascii=False, indent=2)
+        head = "".join(f"<th>{h}</th>" for h in ("metric", "value", "interval", "n", "unit", "role", "better",
+                                                 "unreliable because"))
+        manifest_text = json.dumps(json_safe(m.to_json()), ensure_ascii=False, indent=2)
         (self.root / "runs" / f"{run.run_id}.json").write_text(manifest_text + "\n", encoding="utf-8")
         parts = [
             f"<h1>Run {_e(run.run_id)}</h1>",
-            _kv_table([(k, m.get(k)) for k in ("suite", "kind", "mixer", "preset", "seed", "written_at")]),
+            _kv_table([("suite", m.suite), ("config", m.config_label), ("kind", m.kind), ("model", m.subject.label),
+                       ("preset", m.subject.preset or "—"), ("seed", m.subject.seed), ("gate", m.gate.status),
+                       ("written", m.written_at)]),
             f'<h2>Metrics</h2><table class="sortable"><thead><tr>{head}</tr></thead><tbody>{metrics}</tbody></table>',
         ]
         if self.plots.get(run.run_id):
@@ -697,7 +710,7 @@ class _Site:
 
 
 def _newest_first(runs: list[RunRecord]) -> list[RunRecord]:
-    return sorted(runs, key=lambda r: str(r.manifest.get("written_at", "")), reverse=True)
+    return sorted(runs, key=lambda r: r.manifest.written_at, reverse=True)
 
 
 def _num(v: Any) -> str:
@@ -708,44 +721,17 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def _edit_text(edit: Any) -> str:
-    if isinstance(edit, dict):
-        return ", ".join(f"{k}={v}" for k, v in edit.items())
-    return str(edit)
-
-
-def _pair_html(s: dict[str, Any]) -> str:
-    """One judged comparison: prompt, both continuations side by side, both verdicts and the outcome."""
-    mixer, opponent = str(s.get("mixer")), str(s.get("opponent"))
-    replies = "".join(
-        f"<p class=\"verdict\">{_e(label)}: verdict {_e(s.get(f'verdict_{k}'))}</p><div class=\"gen\">{_e(s.get(f'reply_{k}'))}</div>"
-        for label, k in ((f"{mixer} shown as A", "as_a"), (f"{mixer} shown as B", "as_b"))
-    )
-    consistent = "consistent" if s.get("consistent") else "inconsistent (counts as a tie)"
-    return (
-        f'<div class="judged"><p class="verdict"><b>prompt</b> {_e(s.get("prompt_id"))}: '
-        f"outcome for {_e(mixer)}: <b>{_e(s.get('outcome'))}</b> ({_e(consistent)}; asked first {_e(s.get('asked_first'))})</p>"
-        f'<div class="gen">{_e(s.get("prompt", ""))}</div><div class="pair">'
-        f'<div><p class="verdict">{_e(mixer)}</p><div class="gen">{_e(s.get("output", ""))}</div></div>'
-        f'<div><p class="verdict">{_e(opponent)}</p><div class="gen">{_e(s.get("opponent_output", ""))}</div></div>'
-        f"</div><details><summary>judge replies</summary>{replies}</details></div>"
-    )
-
-
 # ---------------------------------------------------------------------------------------------- entry point
 
 
-def publish_site(store: ResultsStore, out: Path) -> Path:
+def publish_site(store: ResultsStore, out: Path, force: bool = False, config: BoardConfig | None = None) -> Path:
     """Write the static site of ``store`` into the folder ``out`` and return ``out``.
 
     The site is built in a temporary sibling folder and swapped in, so ``out`` always holds a complete site.
-    ``out`` may not exist yet, be empty, or hold a previous mixbench site; anything else is refused.
+    ``out`` may not exist yet, be empty, or hold a previous mixbench site; anything else is refused, and so is
+    replacing a previous site with a board of zero runs (a mistyped store), unless ``force``.
     """
-    return write_site(store, Path(out), BoardConfig())
-
-
-def write_site(store: ResultsStore, out: Path, config: BoardConfig) -> Path:
-    """:func:`publish_site` with a board configuration (chance levels, Pareto axes, Borda weighting)."""
+    store.require_existing()
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise MixbenchError(
@@ -754,7 +740,13 @@ def write_site(store: ResultsStore, out: Path, config: BoardConfig) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex}"
     try:
-        _Site(store, tmp, config).write()
+        site = _Site(store, tmp, config or BoardConfig())
+        if not site.runs and (out / MARKER).exists() and not force:
+            raise MixbenchError(
+                f"{store.root} holds no runs, so publishing it would replace the site in {out} with an empty board; "
+                "check --results, or pass --force to publish an empty board on purpose."
+            )
+        site.write()
         aside = None
         if out.exists():
             aside = out.parent / f".{out.name}.old-{uuid.uuid4().hex}"

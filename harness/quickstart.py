@@ -1,39 +1,24 @@
-"""The embedded default run (`mixbench quickstart` / `make quickstart`): the paper's four mixers, every suite.
+"""The embedded default run (`mixbench quickstart` / `make quickstart`): the mixers and suites that declare a
+quickstart part (docs/ARCHITECTURE.md "Quickstart").
 
-Budget: `make quickstart` must finish within 20 minutes on a fresh 2-core CPU machine, setup included. Training
-the four mixers at preset ``quick`` takes most of it, so each suite runs a reduced configuration here; the full
-protocols stay the suites' defaults (`mixbench eval --suite S` / `mixbench run`). Each reduction is chosen so the
-number it produces is still meaningful, and says so below.
+Budget: `make quickstart` must finish within 15 minutes on a fresh 2-core CPU machine, setup included. Training
+the mixers at preset ``quick`` takes most of it, so each suite runs the reduced configuration it declares in
+:attr:`harness.suite.Suite.quickstart` (the full protocols stay the suites' defaults). A mixer takes part when
+its class says ``quickstart = True`` (the paper's four built-ins). The core names neither.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-QUICKSTART_MIXERS: tuple[str, ...] = ("protot", "attention", "mamba", "deltanet")
-
-QUICKSTART_SUITES: tuple[str, ...] = ("perplexity", "throughput", "robustness", "glue", "judge", "interpretability")
+from harness.registry import MIXERS, SUITES
 
 
-def quickstart_suite_configs() -> dict[str, dict[str, Any]]:
-    """Per-suite overrides of the quickstart. Imported lazily: the interpretability defaults live with that suite."""
-    from suites.interpretability import QUICKSTART as INTERPRETABILITY
+def quickstart_mixers() -> list[str]:
+    """Registered mixers that declare ``quickstart = True``, in registration order of their names."""
+    return [e.name for e in MIXERS.entries() if getattr(e.cls, "quickstart", False)]
 
-    return {
-        # Three lengths spanning 16x: the exponent is fitted over the upper half (1024-4096), the attention
-        # reference is measured in the same run; 8192 (the full CPU grid) alone costs minutes per mixer.
-        "throughput": {"lengths": (256, 1024, 4096), "repeats": 3, "max_point_seconds": 10.0},
-        # One stand-in (sentiment, where a quick-preset model clearly beats the majority class), one learning
-        # rate and one seed: the CI is a bootstrap over the 1000 evaluation examples, ~20 s per mixer.
-        "glue": {
-            "tasks": ("standin-sentiment",), "max_train_examples": 2000, "epochs": 1, "lrs": (3e-3,), "seeds": (0,),
-            "pooling": "mean", "max_eval_examples": 1000,
-        },
-        # 200 pairs per slice instead of 500: the per-slice JSD CIs stay narrow (they are over pairs) and the
-        # suite takes ~10-15 s per mixer instead of 20-40 s.
-        "robustness": {"pairs_per_slice": 200},
-        # 4 prompts: 6 mixer pairs x 2 orders x 4 = 48 verdicts plus 12 canaries from the local SmolLM2 server
-        # (~1.5 s each on 2 cores; a weak judge, see README). Enough to show the pipeline, not to rank mixers.
-        "judge": {"n_prompts": 4},
-        "interpretability": dict(INTERPRETABILITY),
-    }
+
+def quickstart_suites() -> dict[str, dict[str, Any]]:
+    """Suite name -> its reduced quickstart config, for every registered suite that declares one."""
+    return {e.name: dict(e.cls.quickstart) for e in SUITES.entries() if e.cls.quickstart is not None}

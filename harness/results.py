@@ -42,59 +42,20 @@ from fsspec.implementations.local import LocalFileSystem
 
 from harness.config import content_hash, to_dict
 from harness.errors import MixbenchError
+from harness.manifest import LegacyManifest, RunManifest, legacy_store_error
+from harness.redaction import REDACTED, is_secret_key, redact  # noqa: F401  (re-exported)
 from harness.suite import Metric, SuiteResult
 
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
 SAMPLES = "samples/samples.jsonl"
 TMP_PREFIX = ".tmp-"
-REDACTED = "[redacted]"
-
-SECRET_KEY = re.compile(r"api[_-]?key|token|secret|password|authorization", re.IGNORECASE)
-# Token counts and tokenizer settings name "token" without being credentials (token_budget, n_tokens,
-# max_new_tokens, tokens_per_s_decode, tokenizer_file, eos_token_id, TOKENIZERS_PARALLELISM).
-_BENIGN_TOKEN = re.compile(r"token(?:s|izer|_budget|_ids?)", re.IGNORECASE)
-_MIN_SECRET_LEN = 8  # shorter env values ("1", "true") would blank out ordinary strings
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 
 def run_id(key: dict[str, Any]) -> str:
     """The id of a run: a 16-hex content hash of what defines it (model, training, data, seed, suite config)."""
     return content_hash(key)
-
-
-def is_secret_key(name: str) -> bool:
-    """True for dict keys / environment variable names that hold credentials."""
-    return bool(SECRET_KEY.search(_BENIGN_TOKEN.sub("", name)))
-
-
-def _secret_env_values() -> list[str]:
-    values = {v for k, v in os.environ.items() if is_secret_key(k) and len(v) >= _MIN_SECRET_LEN}
-    return sorted(values, key=len, reverse=True)  # longest first, so a secret containing another is removed whole
-
-
-def redact(obj: Any) -> Any:
-    """A copy of ``obj`` with credentials replaced by ``"[redacted]"``.
-
-    Values under secret-looking keys are replaced (``None`` and ``""`` are kept: they show no key was set), and
-    any occurrence of a secret environment variable's value inside a string is replaced, which catches a key
-    that travelled under an innocent name or inside a URL or header.
-    """
-    return _redact(obj, _secret_env_values())
-
-
-def _redact(obj: Any, secrets: list[str]) -> Any:
-    if isinstance(obj, dict):
-        return {
-            k: REDACTED if is_secret_key(str(k)) and v not in (None, "") else _redact(v, secrets)
-            for k, v in obj.items()
-        }
-    if isinstance(obj, (list, tuple)):
-        return [_redact(v, secrets) for v in obj]
-    if isinstance(obj, str):
-        for secret in secrets:
-            obj = obj.replace(secret, REDACTED)
-    return obj
 
 
 def json_safe(obj: Any) -> Any:
@@ -125,14 +86,17 @@ class RunRecord:
     """One complete run as read back from the store."""
 
     run_id: str
-    manifest: dict[str, Any]
+    manifest: RunManifest
     metrics: list[Metric]
     samples: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def plots(self) -> list[str]:
         """Plot files, as paths relative to the run folder (read them with :meth:`ResultsStore.read_bytes`)."""
-        return list(self.manifest.get("plots", []))
+        return list(self.manifest.plots)
+
+    def metric(self, name: str) -> Metric | None:
+        return next((m for m in self.metrics if m.name == name), None)
 
 
 class _LocalRuns:
@@ -394,18 +358,36 @@ class ResultsStore:
                 f"results directory {self.root} is not writable ({reason}); pass --results to a writable folder."
             ) from None
 
+    def require_existing(self) -> None:
+        """For commands that only read: fail with a sentence when ``root`` is not a results store (a mistyped
+        path must never read as an empty board, nor be published over a live site)."""
+        if isinstance(self._runs, _LocalRuns):
+            root = self._runs.runs.parent
+            if not root.exists():
+                raise MixbenchError(f"no results store at {self.root} (the folder does not exist); check --results.")
+            if not root.is_dir():
+                raise MixbenchError(f"--results {self.root} is a file, not a results store folder.")
+            present = self._runs.runs.is_dir()
+        else:
+            present = self._runs.fs.exists(self._runs.runs)
+        if not present:
+            raise MixbenchError(
+                f"{self.root} is not a results store yet (it has no runs/ folder); score something first "
+                "(`mixbench quickstart`, `mixbench eval` or `mixbench run`) or check --results."
+            )
+
     def has_run(self, run_id: str) -> bool:
         _check_id(run_id)
         return self._runs.exists(f"{run_id}/{MANIFEST}")
 
-    def write_run(
-        self, run_id: str, manifest: dict[str, Any], result: SuiteResult, force: bool = False
-    ) -> Path | str:
+    def write_run(self, run_id: str, manifest: RunManifest, result: SuiteResult, force: bool = False) -> Path | str:
         """Write one run atomically and return where it landed.
 
-        The store adds ``run_id``, ``written_at`` (UTC ISO), ``plots`` (relative paths of the copied plots) and,
-        when the suite returned any, ``suite_info`` (``SuiteResult.info``) to the manifest.
+        The store sets the manifest's ``run_id``, ``written_at`` (UTC ISO) and ``plots`` (relative paths of the
+        copied plots).
         """
+        if not isinstance(manifest, RunManifest):
+            raise TypeError(f"write_run takes a harness.manifest.RunManifest, got {type(manifest).__name__}")
         _check_id(run_id)
         if not force and self.has_run(run_id):
             raise _exists_error(run_id, self.root)
@@ -418,7 +400,7 @@ class ResultsStore:
                 "and has free space, or pass --results to another folder."
             ) from None
 
-    def _encode(self, run_id: str, manifest: dict[str, Any], result: SuiteResult) -> dict[str, bytes]:
+    def _encode(self, run_id: str, manifest: RunManifest, result: SuiteResult) -> dict[str, bytes]:
         files: dict[str, bytes] = {METRICS: "".join(_dumps(m.to_json()) + "\n" for m in result.metrics).encode()}
         if result.samples:
             files[SAMPLES] = "".join(_dumps(s) + "\n" for s in result.samples).encode()
@@ -432,13 +414,13 @@ class ResultsStore:
             while f"plots/{name}" in files:
                 name, i = f"{plot.stem}-{i}{plot.suffix}", i + 1
             files[f"plots/{name}"] = data
-        full = dict(manifest)
-        if result.info and "suite_info" not in full:
-            full["suite_info"] = result.info
-        full["plots"] = sorted(rel for rel in files if rel.startswith("plots/"))
-        full["run_id"] = run_id
-        full["written_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        files[MANIFEST] = (_dumps(full, indent=2) + "\n").encode()  # last: its presence marks the run complete
+        full = dataclasses.replace(
+            manifest,
+            run_id=run_id,
+            written_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            plots=tuple(sorted(rel for rel in files if rel.startswith("plots/"))),
+        )
+        files[MANIFEST] = (_dumps(full.to_json(), indent=2) + "\n").encode()  # last: its presence marks the run complete
         return files
 
     def read_run(self, run_id: str, samples: bool = True) -> RunRecord:
@@ -449,13 +431,13 @@ class ResultsStore:
             raise MixbenchError(f"no run {run_id} in {self.root}; check the run id and --results.")
         current = MANIFEST
         try:
-            manifest = json.loads(raw)
-            if not isinstance(manifest, dict):
-                raise ValueError("not a JSON object")
+            manifest = RunManifest.from_json(json.loads(raw))
             current = METRICS
             metrics = [_metric(d) for d in _jsonl(self._runs.read(f"{run_id}/{METRICS}"))]
             current = SAMPLES
             rows = _jsonl(self._runs.read(f"{run_id}/{SAMPLES}") or b"") if samples else []
+        except LegacyManifest:
+            raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSON and UTF-8 errors are ValueErrors
             raise MixbenchError(
                 f"run {run_id} in {self.root} is corrupt ({current}: {exc}); "
@@ -464,12 +446,23 @@ class ResultsStore:
         return RunRecord(run_id, manifest, metrics, rows)
 
     def iter_runs(self, samples: bool = True) -> Iterator[RunRecord]:
-        """Complete runs sorted by id; corrupt ones are reported with a warning and skipped."""
+        """Complete runs sorted by id; corrupt ones are reported with a warning and skipped.
+
+        A store holding runs of an older manifest schema is refused as a whole (a
+        :class:`MixbenchError` saying how to rebuild it) before any run is returned: old and new identities
+        must never meet on one board.
+        """
+        runs, legacy = [], []
         for rid in self._runs.complete_ids():
             try:
-                yield self.read_run(rid, samples=samples)
+                runs.append(self.read_run(rid, samples=samples))
+            except LegacyManifest as exc:
+                legacy.append((rid, str(exc)))
             except MixbenchError as exc:
                 warnings.warn(str(exc), stacklevel=2)
+        if legacy:
+            raise legacy_store_error(self.root, len(legacy), legacy[0][0], legacy[0][1])
+        yield from runs
 
     def read_bytes(self, run_id: str, rel: str) -> bytes:
         """A file of a run by its relative path (e.g. an entry of ``RunRecord.plots``)."""

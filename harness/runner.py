@@ -14,6 +14,7 @@ can be checked.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -23,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config import DataConfig, RunSpec
+from harness.config import DataConfig, RunSpec, content_hash
 from harness.errors import ConfigError, MixbenchError
-from harness.evaluate import evaluate, run_key
+from harness.evaluate import evaluate
+from harness.gate import GateFailed, require_gate
+from harness.identity import mixer_identity, model_identity
+from harness.manifest import GateRecord
 from harness.registry import SUITES
 from harness.results import ResultsStore
-from harness.results import run_id as results_run_id
 from harness.specs import bind_vocab, make_run_spec
 from harness.suite import Suite
 from harness.training import train
@@ -77,6 +80,7 @@ class GridRequest:
     progress: bool = True
     resources: Resources = field(default_factory=Resources)
     plugins: tuple[str, ...] = ()
+    skip_gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class ModelJob:
     """One unit of a grid: train one model, then score it with each suite. Picklable, so it can travel."""
 
     spec: RunSpec  # vocabulary already bound to the tokenizer's
+    model_id: str  # harness.identity.model_identity of spec on its data: names the checkpoint folder
     suites: tuple[str, ...]
     suite_overrides: dict[str, dict[str, Any]]
     expected: dict[str, str | None]  # suite -> run id as predicted by the driver (None: only the worker knows)
@@ -93,6 +98,8 @@ class ModelJob:
     progress: bool = True
     resources: Resources = field(default_factory=Resources)
     plugins: tuple[str, ...] = ()
+    skip_gate: bool = False
+    gate: GateRecord | None = None  # the driver's verdict (set before dispatch), so workers never re-run it
 
     @property
     def label(self) -> str:
@@ -179,24 +186,25 @@ def corpus_for(cfg: DataConfig, progress: bool) -> "Corpus":
     return _CORPORA[cfg]
 
 
-def expected_run_id(spec: RunSpec, suite: str, suite_overrides: dict[str, Any] | None, device: str) -> str | None:
-    """The id ``evaluate`` gives the run of ``suite`` on the model ``spec`` trains (same key, same hash).
+def expected_run_id(spec: RunSpec, data_fingerprint: str, suite: str, suite_overrides: dict[str, Any] | None,
+                    device: str) -> str | None:
+    """The id ``evaluate`` gives the run of ``suite`` on the model ``spec`` trains (the same identity function).
 
-    For a device-dependent suite (throughput) the id includes the device and thread count, which only the
-    worker knows for sure: the prediction is this machine's, and None when this machine lacks the device
-    (a CPU-only Ray head planning GPU jobs). A wrong or missing prediction costs a dispatched job that finds
-    its checkpoint and runs in place, never a wrong skip of another run.
+    For a device-dependent suite (throughput) the id includes the device descriptor, which only the worker knows
+    for sure: the prediction is this machine's, and None when this machine lacks the device (a CPU-only Ray head
+    planning GPU jobs). A wrong or missing prediction costs a dispatched job that finds its checkpoint and runs
+    in place, never a wrong skip of another run.
     """
-    from harness.provenance import device_descriptor
+    from harness.evaluate import suite_run_identity
 
     entry = SUITES.get(suite)
-    key = run_key(spec.to_json(), suite, entry.make_config(suite_overrides))
-    if getattr(entry.cls, "device_dependent", False):
-        try:
-            key["device"] = device_descriptor(device)
-        except (RuntimeError, AssertionError, ValueError):  # no such device here
-            return None
-    return results_run_id(key)
+    cfg = entry.make_config(suite_overrides)
+    subject = (mixer_identity(spec.model.mixer, spec.model.mixer_config) if entry.cls.scope == "mixer"
+               else model_identity(spec, data_fingerprint))
+    try:
+        return suite_run_identity(entry, cfg, subject, device).id
+    except (RuntimeError, AssertionError, ValueError):  # no such device here
+        return None
 
 
 def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTimer) -> list[ModelJob]:
@@ -227,18 +235,51 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
             t0 = time.perf_counter()
             corpus = corpus_for(spec.data, req.progress)
             timer.add(f"data + tokenizer ({corpus.tokenizer.vocab_size} tokens vocab)", time.perf_counter() - t0)
-        spec = bind_vocab(spec, _CORPORA[spec.data].tokenizer.vocab_size)
-        if spec.train_id in seen:  # the same model asked twice (e.g. by two plan entries): train it once
+        corpus = _CORPORA[spec.data]
+        spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
+        model_id = model_identity(spec, corpus.fingerprint).id
+        if model_id in seen:  # the same model asked twice (e.g. by two plan entries): train it once
             continue
-        seen.add(spec.train_id)
-        expected = {s: expected_run_id(spec, s, req.suite_overrides.get(s), req.device) for s in req.suites}
+        seen.add(model_id)
+        expected = {s: expected_run_id(spec, corpus.fingerprint, s, req.suite_overrides.get(s), req.device)
+                    for s in req.suites}
         jobs.append(
             ModelJob(
-                spec, tuple(req.suites), {s: dict(req.suite_overrides.get(s) or {}) for s in req.suites}, expected,
-                req.device, req.kernel, req.force, req.progress, req.resources, tuple(req.plugins),
+                spec, model_id, tuple(req.suites), {s: dict(req.suite_overrides.get(s) or {}) for s in req.suites},
+                expected, req.device, req.kernel, req.force, req.progress, req.resources, tuple(req.plugins),
+                req.skip_gate,
             )
         )
     return jobs
+
+
+def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> list[ModelJob]:
+    """Run (or read from the cache) the conformance gate of every job's mixer and config before any training.
+
+    A failing mixer's jobs are failures (raised, or recorded with ``keep_going``): nothing of it is trained or
+    scored. Returns the jobs that may run, each carrying its verdict.
+    """
+    verdicts: dict[str, GateRecord | BaseException] = {}
+    passed = []
+    for job in jobs:
+        key = content_hash(job.spec.model.to_json()) + str(job.skip_gate)
+        if key not in verdicts:
+            t0 = time.perf_counter()
+            try:
+                verdicts[key] = require_gate(job.spec.model, job.spec.preset, job.device, job.skip_gate,
+                                             progress=job.progress)
+            except GateFailed as exc:
+                verdicts[key] = exc
+            if time.perf_counter() - t0 > 0.5:
+                report.add(f"conformance gate of {job.spec.model.mixer}", time.perf_counter() - t0)
+        verdict = verdicts[key]
+        if isinstance(verdict, BaseException):
+            if not keep_going:
+                raise verdict
+            report.failures.append(JobFailure(job.label, str(verdict)))
+            continue
+        passed.append(dataclasses.replace(job, gate=verdict))
+    return passed
 
 
 def job_is_complete(job: ModelJob, store: ResultsStore) -> bool:
@@ -269,7 +310,7 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
     spec = job.spec
     corpus = corpus_for(spec.data, job.progress)
     outcome = JobOutcome(job.label, trained=False, host=platform.node())
-    out = checkpoint_root(store) / spec.train_id
+    out = checkpoint_root(store) / job.model_id
     t0 = time.perf_counter()
     result = train(spec, out, corpus, device=job.device, kernel=job.kernel, progress=job.progress, force=job.force)
     label = f"train {spec.model.mixer} seed {spec.train.seed}"
@@ -284,7 +325,8 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
         t0 = time.perf_counter()
         ev = evaluate(
             out, suite, store, job.suite_overrides.get(suite), device=job.device, kernel=job.kernel,
-            force=job.force, progress=job.progress, corpus=corpus, aggregate=False,
+            force=job.force, progress=job.progress, corpus=corpus, aggregate=False, skip_gate=job.skip_gate,
+            grid=True, gate=job.gate,
         )
         outcome.runs[suite] = ev.run_id
         if not ev.skipped:
@@ -327,6 +369,7 @@ def run_requests(
             report.add(f"{job.label}: every suite already in the store", 0.0)
         else:
             todo.append(job)
+    todo = gate_jobs(todo, report, keep_going)
     if todo:
         executor = executor or LocalExecutor()
         if executor.needs_shared_store and store.root.startswith("memory://"):

@@ -256,6 +256,11 @@ class Suite:
     def validate(self, model: "MixerLM") -> None:
         """Raise a MixbenchError if this config cannot run on ``model``; called before any data is loaded."""
 
+    def identity_parts(self) -> dict[str, Any]:
+        """What the config points at and its numbers depend on, beyond the config's own values (the content of a
+        task file or a pairs file, an external package's version): joins the run's identity. Default: nothing."""
+        return {}
+
     def run(self, model: "MixerLM", ctx: SuiteContext) -> SuiteResult:
         raise NotImplementedError
 

@@ -15,6 +15,7 @@ batch inside DistributedDataParallel; losses and validation sums are reduced ove
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -28,10 +29,11 @@ from tqdm.auto import tqdm
 
 from harness.backbone import MixerLM, build_model
 from harness.batching import IGNORE_INDEX, batched, collate_windows
-from harness.checkpoint import load_checkpoint, resolve, save_checkpoint
+from harness.checkpoint import load_checkpoint, resolve, save_checkpoint, writer_lock
 from harness.config import RunSpec, TrainConfig
 from harness.distributed import DistEnv, all_mean, all_sum, barrier, wrap
 from harness.errors import MixbenchError, NonFiniteLossError
+from harness.identity import model_identity
 from harness.provenance import provenance
 
 
@@ -118,9 +120,17 @@ def train(
     """Train ``spec`` into ``out_dir``; resume a partial run there, or return at once if it is complete.
 
     ``dist`` (from :func:`harness.distributed.session`) trains data-parallel under torchrun with the same global
-    batch; only rank 0 writes to ``out_dir``.
+    batch; only rank 0 writes to ``out_dir``, holding its write lock (a second writer stops with a sentence).
     """
-    out_dir = Path(out_dir)
+    main = dist is None or dist.is_main
+    with writer_lock(Path(out_dir)) if main else contextlib.nullcontext():
+        return _train(spec, Path(out_dir), corpus, device, kernel, progress, force, on_step, dist)
+
+
+def _train(
+    spec: RunSpec, out_dir: Path, corpus, device: str, kernel: str | None, progress: bool, force: bool,
+    on_step: Callable[[int, float], None] | None, dist: DistEnv | None,
+) -> TrainResult:
     cfg = spec.train
     main = dist is None or dist.is_main
     if dist is not None:
@@ -160,6 +170,7 @@ def train(
             history = list(ckpt.meta.get("history", []))
             prior_seconds = float(ckpt.meta.get("train_seconds", 0.0))
 
+    identity = model_identity(spec, corpus.fingerprint)
     tokenizer_file = out_dir / ".tokenizer.json"
     out_dir.mkdir(parents=True, exist_ok=True)
     if main:
@@ -185,6 +196,8 @@ def train(
             "history": history,
             "world_size": dist.world_size if dist is not None else 1,
             "corpus_fingerprint": corpus.fingerprint,
+            "model_identity": {"id": identity.id, "parts": identity.parts},
+            "data_skipped_rows": getattr(corpus, "skipped_rows", {}),  # rows left out under skip_bad_rows
             "provenance": provenance(),
         }
         state = {"optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}

@@ -1,5 +1,6 @@
 """An lm-eval model backed by any mixbench checkpoint, registered as ``mixbench`` when this module is imported:
-``lm_eval.simple_evaluate(model="mixbench", model_args="pretrained=DIR")``; ``mixbench lm-eval`` wraps it.
+``lm_eval.simple_evaluate(model="mixbench", model_args="pretrained=DIR")``; the ``lm-eval`` suite wraps a
+loaded model with :meth:`MixbenchLM.wrap`.
 
 Scoring conventions follow lm-eval's own HF model so numbers are comparable:
 
@@ -59,13 +60,25 @@ class MixbenchLM(TemplateLM):
         seed: int | str = 1234,
         **kwargs,
     ) -> None:
-        super().__init__()
         kwargs.pop("max_batch_size", None)  # simple_evaluate passes it to every model; batching here is fixed-size
         if kwargs:
             raise MixbenchError(f"mixbench lm-eval model: unknown model argument(s) {', '.join(sorted(kwargs))}.")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model, self.checkpoint = load_model(pretrained, device)
-        self.tok = Tokenizer.from_file(self.checkpoint.tokenizer_path)
+        model, checkpoint = load_model(pretrained, device)
+        self._setup(model, Tokenizer.from_file(checkpoint.tokenizer_path), device, batch_size, max_length,
+                    max_gen_toks, seed)
+
+    @classmethod
+    def wrap(cls, model, tokenizer: Tokenizer, device: str, batch_size: int = 16, seed: int = 1234) -> "MixbenchLM":
+        """An lm-eval model around an already loaded model and its tokenizer (the lm-eval suite's way in)."""
+        lm = cls.__new__(cls)
+        lm._setup(model, tokenizer, device, batch_size, None, DEFAULT_MAX_GEN_TOKS, seed)
+        return lm
+
+    def _setup(self, model, tokenizer: Tokenizer, device: str, batch_size, max_length, max_gen_toks, seed) -> None:
+        TemplateLM.__init__(self)
+        self.model = model
+        self.tok = tokenizer
         self._device = torch.device(device)
         self.batch_size = _int_or_default(batch_size, 16)
         self.max_length = _int_or_default(max_length, self.model.config.context)

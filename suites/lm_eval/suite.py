@@ -1,12 +1,12 @@
-"""``mixbench lm-eval``: run ``lm_eval.simple_evaluate`` on a checkpoint and record it in the results store.
+"""The ``lm-eval`` suite: lm-eval's own zero/few-shot tasks (or local task YAMLs) through the registered
+``mixbench`` lm-eval model (DESIGN §5; docs/ARCHITECTURE.md "Suites").
 
-lm-eval's own cache is keyed by the request, not the model, so a retrained checkpoint at the same path would
-reuse stale answers. Here a run's id is a content hash of the checkpoint's weight hash, its tokenizer, the
-task names, the tasks' resolved configs and local data files, and the settings that change answers (limit,
-few-shot count, bootstrap iterations, lm-eval version). Re-running the same is a no-op; new weights or edited
-tasks are a new run. Batch size and device are provenance, not identity.
-
-Zero/few-shot lm-eval scores are recorded under the suite name ``lm-eval``, apart from the fine-tuned glue suite.
+``mixbench eval --suite lm-eval --checkpoint DIR --suite-config tasks=a,b include_path=DIR`` (or the
+``mixbench lm-eval`` command this suite adds, or a plan listing ``lm-eval`` among its suites). Its runs are keyed
+by the one identity function like every suite's; what the config points at joins the identity through
+:meth:`LmEval.identity_parts`: the tasks' resolved configs and the bytes of their local data files, and
+lm-eval's version. Re-running the same is a no-op; an edited task or data file is a new run. lm-eval's
+per-document accuracies are stored as the metric's items, so the board compares mixers on the same documents.
 """
 
 from __future__ import annotations
@@ -15,29 +15,25 @@ import difflib
 import hashlib
 import json
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.checkpoint import load_checkpoint
-from harness.config import content_hash, to_dict
-from harness.errors import ConfigError, MixbenchError
-from harness.evaluate import EvalOutcome, model_manifest
-from harness.provenance import provenance
 from harness import stats
-from harness.results import ResultsStore
-from harness.suite import Metric, SuiteResult
+from harness.config import as_tuple
+from harness.errors import ConfigError, MixbenchError
+from harness.registry import register_suite
+from harness.suite import ItemValues, Metric, Suite, SuiteCommand, SuiteContext, SuiteResult
 
-SUITE = "lm-eval"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # object reprs in task configs differ between processes
 
 
 @dataclass(frozen=True)
 class LmEvalConfig:
-    tasks: tuple[str, ...]
+    #: lm-eval task names (comma-separated on the CLI); the default is the bundled offline stand-in
+    tasks: tuple[str, ...] = ("standin_sentiment_zeroshot",)
     include_path: str = ""  # a folder of task YAMLs (and their data), searched before the built-in tasks
     limit: float | None = None  # examples per task: a count (>= 1) or a fraction (< 1), as lm-eval takes it
     num_fewshot: int | None = None  # None = each task's own setting
@@ -45,7 +41,7 @@ class LmEvalConfig:
     bootstrap_iters: int = 1000  # lm-eval's bootstrap for the standard errors of non-mean metrics
 
     def __post_init__(self) -> None:
-        tasks = tuple(t.strip() for t in self.tasks if t.strip())
+        tasks = tuple(t for t in as_tuple(self.tasks, str, "lm-eval tasks") if t)
         if not tasks:
             raise ConfigError("lm-eval: give at least one task name (--tasks a,b).")
         object.__setattr__(self, "tasks", tasks)
@@ -94,33 +90,26 @@ def task_fingerprint(manager, tasks: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-def run_key(weights_sha256: str, tokenizer_sha256: str, tasks_sha256: str, cfg: LmEvalConfig) -> dict[str, Any]:
-    """What defines the answers of an lm-eval run (see the module docstring)."""
-    import lm_eval
+#: the suite's own offline stand-in tasks (never reported as lm-eval's or GLUE's): always searched
+BUNDLED_TASKS = Path(__file__).parent / "tasks"
 
-    return {
-        "kind": SUITE,
-        "weights_sha256": weights_sha256,
-        "tokenizer_sha256": tokenizer_sha256,
-        "tasks": sorted(cfg.tasks),
-        "tasks_sha256": tasks_sha256,
-        "limit": cfg.limit,
-        "num_fewshot": cfg.num_fewshot,
-        "bootstrap_iters": cfg.bootstrap_iters,
-        "lm_eval": lm_eval.__version__,
-    }
+
+def _include_paths(cfg: LmEvalConfig) -> list[str]:
+    paths = [str(BUNDLED_TASKS)]
+    if cfg.include_path:
+        paths.insert(0, str(Path(cfg.include_path).expanduser()))
+    return paths
 
 
 def task_manager(cfg: LmEvalConfig):
     """lm-eval's TaskManager; indexing the ~15k built-in tasks takes seconds, so it is skipped when the
-    include path alone has every requested task."""
+    include paths (the user's and the bundled stand-ins) alone have every requested task."""
     from lm_eval.tasks import TaskManager
 
-    if cfg.include_path:
-        local = TaskManager(include_path=str(Path(cfg.include_path).expanduser()), include_defaults=False)
-        if all(t in local.all_tasks for t in cfg.tasks):
-            return local
-    manager = TaskManager(include_path=str(Path(cfg.include_path).expanduser()) if cfg.include_path else None)
+    local = TaskManager(include_path=_include_paths(cfg), include_defaults=False)
+    if all(t in local.all_tasks for t in cfg.tasks):
+        return local
+    manager = TaskManager(include_path=_include_paths(cfg))
     unknown = [t for t in cfg.tasks if t not in manager.all_tasks]
     if unknown:
         close = difflib.get_close_matches(unknown[0], manager.all_tasks, n=3)
@@ -134,8 +123,10 @@ def task_manager(cfg: LmEvalConfig):
 
 def metrics_from_results(results: dict[str, Any]) -> list[Metric]:
     """``task/metric`` (``task/metric[filter]`` for filters other than none) with a 95% normal interval from
-    lm-eval's standard error when it has one; groups' aggregate metrics are included."""
+    lm-eval's standard error when it has one, and per-document values when lm-eval logged them; groups'
+    aggregate metrics are included."""
     out = []
+    samples = results.get("samples") or {}
     for task, values in results["results"].items():
         better = results.get("higher_is_better", {}).get(task, {})
         n = results.get("n-samples", {}).get(task, {}).get("effective")
@@ -148,8 +139,36 @@ def metrics_from_results(results: dict[str, Any]) -> list[Metric]:
             if isinstance(stderr, (int, float)) and not isinstance(stderr, bool):
                 interval = stats.normal_interval(float(value), float(stderr))
             name = f"{task}/{metric}" if filt == "none" else f"{task}/{metric}[{filt}]"
-            out.append(Metric(name, float(value), bool(better.get(metric, True)), role="score", interval=interval, n=n))
+            items = _items(samples.get(task) or [], metric, filt, float(value))
+            out.append(Metric(name, float(value), bool(better.get(metric, True)), role="score", interval=interval,
+                              n=n, items=items))
     return out
+
+
+def _items(logged: list[dict[str, Any]], metric: str, filt: str, value: float) -> ItemValues | None:
+    """Per-document values of a mean metric (accuracy) from lm-eval's logged samples; None when the metric is
+    not a plain mean of them (perplexities, F1, MCC): then the board compares the intervals."""
+    rows = [(s.get("doc_id"), s.get(metric)) for s in logged if s.get("filter", "none") == filt]
+    rows = [(d, v) for d, v in rows if d is not None and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(rows) < 2 or abs(sum(v for _, v in rows) / len(rows) - value) > 1e-9:
+        return None
+    return ItemValues(tuple(str(d) for d, _ in rows), tuple(float(v) for _, v in rows))
+
+
+@contextmanager
+def _quiet_lm_eval() -> Iterator[None]:
+    """lm-eval logs a warning per task with a custom loader; only its errors matter to a mixbench run."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("lm-eval", "lm_eval")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 @contextmanager
@@ -165,45 +184,72 @@ def _data_errors(cfg: LmEvalConfig) -> Iterator[None]:
         ) from exc
 
 
-def run_lm_eval(
-    checkpoint: Path | str, cfg: LmEvalConfig, store: ResultsStore, device: str = "cpu", force: bool = False
-) -> EvalOutcome:
-    """Evaluate ``checkpoint`` on ``cfg.tasks`` with lm-eval unless the store already has this exact run."""
-    ckpt = load_checkpoint(checkpoint)
-    manager = task_manager(cfg)
-    with _data_errors(cfg):
-        tasks_sha256 = task_fingerprint(manager, cfg.tasks)
-    key = run_key(ckpt.meta["weights_sha256"], _digest_file(ckpt.tokenizer_path), tasks_sha256, cfg)
-    run_id = content_hash(key)
-    if store.has_run(run_id) and not force:
-        return EvalOutcome(run_id, SUITE, True, 0.0)
-    store.ensure_writable()
+@register_suite("lm-eval", config=LmEvalConfig)
+class LmEval(Suite):
+    """lm-eval tasks on a checkpoint; every metric lm-eval reports is a score (normal intervals from its standard
+    errors), with per-document values where lm-eval logs them."""
 
-    import lm_eval
+    version: ClassVar[int] = 2
+    #: one bundled zero-shot stand-in task (1000 sentiment reviews, two choices): ~10 s per quick-preset model
+    quickstart: ClassVar[dict[str, Any] | None] = {}
 
-    from harness.lm_eval_adapter.model import MixbenchLM
+    def validate(self, model) -> None:
+        task_manager(self.cfg)  # unknown tasks fail here, before any work
 
-    lm = MixbenchLM(pretrained=str(ckpt.path), device=device, batch_size=cfg.batch_size)
-    t0 = time.perf_counter()
-    with _data_errors(cfg):
-        results = lm_eval.simple_evaluate(
-            model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit, task_manager=manager,
-            bootstrap_iters=cfg.bootstrap_iters, log_samples=False,
-        )
-    seconds = time.perf_counter() - t0
-    metrics = metrics_from_results(results)
-    model = lm.model
-    manifest = {
-        "kind": SUITE,
-        "suite": SUITE,
-        "suite_config": to_dict(cfg),
-        "run_key": key,
-        "headline": [m.name for m in metrics],
-        **model_manifest(ckpt, model, device),
-        "batch_size": cfg.batch_size,
-        "lm_eval": {k: results.get(k) for k in ("configs", "versions", "n-shot", "n-samples", "higher_is_better")},
-        "timings": {"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
-        "provenance": provenance(),
-    }
-    store.write_run(run_id, manifest, SuiteResult(metrics=metrics), force=force)
-    return EvalOutcome(run_id, SUITE, False, seconds)
+    def identity_parts(self) -> dict[str, Any]:
+        import lm_eval
+
+        with _data_errors(self.cfg):
+            tasks_sha256 = task_fingerprint(task_manager(self.cfg), self.cfg.tasks)
+        return {"tasks_sha256": tasks_sha256, "lm_eval": lm_eval.__version__}
+
+    def run(self, model, ctx: SuiteContext) -> SuiteResult:
+        import lm_eval
+
+        from suites.lm_eval.model import MixbenchLM
+
+        cfg = self.cfg
+        manager = task_manager(cfg)
+        lm = MixbenchLM.wrap(model, ctx.corpus.tokenizer, ctx.device, cfg.batch_size)
+        with _data_errors(cfg), _quiet_lm_eval():
+            results = lm_eval.simple_evaluate(
+                model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit, task_manager=manager,
+                bootstrap_iters=cfg.bootstrap_iters, log_samples=True,
+            )
+        info = {"lm_eval": {k: results.get(k) for k in ("configs", "versions", "n-shot", "n-samples", "higher_is_better")}}
+        return SuiteResult(metrics=metrics_from_results(results), info=info)
+
+    commands: ClassVar[tuple[SuiteCommand, ...]] = ()
+
+
+def _configure(p) -> None:
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    p.add_argument("--include-path", default="", help="folder of task YAMLs searched before the built-in tasks")
+    p.add_argument("--limit", default=None, help="examples per task: a count, or a fraction below 1")
+    p.add_argument("--num-fewshot", default=None, help="few-shot examples (default: each task's own)")
+    p.add_argument("--batch-size", default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--skip-gate", action="store_true", help="score a mixer that fails the conformance gate (recorded)")
+
+
+def _command(args) -> int:
+    """``mixbench lm-eval``: the same as ``mixbench eval --suite lm-eval`` with the task options as flags."""
+    from harness.devices import resolve_device
+    from harness.evaluate import evaluate
+    from harness.results import ResultsStore
+
+    overrides = {"tasks": args.tasks, "include_path": args.include_path, "limit": args.limit,
+                 "num_fewshot": args.num_fewshot, "batch_size": args.batch_size}
+    overrides = {k: v for k, v in overrides.items() if v not in (None, "")}
+    outcome = evaluate(args.checkpoint, "lm-eval", ResultsStore(args.results), overrides,
+                       device=resolve_device(args.device), force=args.force, skip_gate=args.skip_gate)
+    if outcome.skipped:
+        print(f"run {outcome.run_id} (lm-eval) is already in {args.results}; nothing to do (--force reruns).")
+    else:
+        print(f"run {outcome.run_id} (lm-eval) written to {args.results} in {outcome.seconds:.1f} s")
+    return 0
+
+
+LmEval.commands = (SuiteCommand("lm-eval", "score a checkpoint with lm-eval tasks (zero/few-shot)", _configure, _command),)

@@ -1,0 +1,349 @@
+"""The board as text: compact, full and per-suite views in md, csv, json, html and latex (docs/ARCHITECTURE.md,
+"The board").
+
+* **compact** (the default): rank with its interval, model, parameters, decode state, gate, and one headline
+  per suite (its first headline metric) as ``value ±half-width`` with the tie group; it fits 120 columns for
+  the quickstart's board. ``±`` is half the interval's width (the interval may be asymmetric: the full view
+  shows its bounds).
+* **full** (``--all``): every headline column with its interval and group.
+* **suite** (``--suite S``): every metric of one suite.
+
+A number is never printed without what it means: the legend under the md/text board says what the rank
+interval, the groups and the marks are, and which columns vote.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.board import Board
+from harness.errors import MixbenchError
+from harness.results import json_safe
+from harness.table import Cell, Column, Row
+
+FORMATS = ("md", "csv", "json", "html", "latex")
+VIEWS = ("compact", "full", "suite")
+MISSING = "—"
+UNRELIABLE_MARK = "†"
+OUTSIDE_MARK = "°"
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+
+
+def _decimals(x: float, significant: int) -> int | None:
+    a = abs(x)
+    if a == 0 or not math.isfinite(a):
+        return 2
+    if a < 1e-3 or a >= 1e7:
+        return None
+    return max(0, significant - 1 - math.floor(math.log10(a)))
+
+
+def fmt(x: float | None, significant: int = 4, digits: int | None = -1) -> str:
+    if x is None:
+        return MISSING
+    if not math.isfinite(x):
+        return "n/a"
+    d = _decimals(x, significant) if digits == -1 else digits
+    return f"{x:.3e}" if d is None else f"{x:.{d}f}"
+
+
+def si(x: float | None) -> str:
+    if x is None:
+        return MISSING
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:g}"
+
+
+def cell_text(cell: Cell | None, compact: bool = False, pm: str = "±") -> str:
+    """``12.34 [12.10, 12.90]`` (full) or ``12.3 ±0.4`` (compact); marks: † unreliable, ° point outside its
+    interval; ``n/a`` for a number that does not exist (a crossover outside the grid)."""
+    if cell is None:
+        return MISSING
+    if math.isnan(cell.value):
+        return "n/a"
+    significant = 3 if compact else 4
+    digits = _decimals(cell.value, significant)
+    text = fmt(cell.value, significant, digits)
+    iv = cell.interval
+    if iv is not None and iv.finite:
+        if compact:
+            text += f" {pm}{fmt(iv.half_width, 2, None if digits is None else min(digits + 1, max(digits, 0) + 1))}"
+        else:
+            text += f" [{fmt(iv.low, significant, digits)}, {fmt(iv.high, significant, digits)}]"
+    if cell.outside_interval:
+        text += OUTSIDE_MARK
+    if cell.unreliable:
+        text += UNRELIABLE_MARK
+    return text
+
+
+# ---------------------------------------------------------------------------------------------- display model
+
+
+@dataclass
+class Display:
+    """Header and body of a view, plus what each cell is (for bold, sorting and JSON)."""
+
+    keys: list[str]  # column ids
+    header: list[str]
+    body: list[list[str]]
+    raw: list[list[Any]]  # a number to sort by, or None
+    best: list[list[bool]]  # in the top tie group of a voting column
+    legend: list[str]
+    text_columns: set[str]
+
+
+def _rank_text(board: Board, row: Row) -> str:
+    r = board.rank.get(row.key)
+    if r is None:
+        return "–" if row.key in board.unranked else MISSING
+    lo, hi = board.rank_interval.get(row.key) or (r, r)
+    tie = "=" if board.tied.get(row.key) else ""
+    return f"{tie}{r} ({lo}–{hi})" if lo != hi else f"{tie}{r}"
+
+
+def _headline_columns(board: Board) -> list[Column]:
+    """The first headline column of each suite on the board (canonical configs only)."""
+    seen, out = set(), []
+    for c in board.table.columns:
+        if c.config or not c.headline or c.suite in seen:
+            continue
+        seen.add(c.suite)
+        out.append(c)
+    return out
+
+
+def display(board: Board, view: str = "compact", suite: str | None = None, style: str = "md") -> Display:
+    if view not in VIEWS:
+        raise MixbenchError(f"unknown leaderboard view '{view}'; use one of {', '.join(VIEWS)}.")
+    table = board.table
+    if view == "compact":
+        columns = _headline_columns(board)
+    elif view == "suite":
+        columns = [c for c in table.columns if c.suite == suite]
+        if not columns:
+            have = sorted({c.suite for c in table.columns})
+            raise MixbenchError(f"no results for suite '{suite}' on this board; suites with results: "
+                                f"{', '.join(have) or 'none'}.")
+    else:
+        columns = list(table.columns)
+    presets = {r.preset for r in table.rows}
+    lead = [("rank", "rank"), ("model", "model")]
+    if len(presets) > 1:
+        lead.append(("preset", "preset"))
+    lead += [("params", "params"), ("state", "state"), ("gate", "gate")]
+    if view != "compact":
+        lead += [("seeds", "seeds"), ("train_tps", "train tok/s")]
+    up, down = ("↑", "↓") if style != "latex" else (r"$\uparrow$", r"$\downarrow$")
+    header = [h for _, h in lead]
+    for c in columns:
+        name = c.suite if view == "compact" else c.name
+        if view == "compact":
+            name = f"{c.suite}: {c.metric}"
+        header.append(f"{name} {up if c.higher_is_better else down}")
+    keys = [k for k, _ in lead] + [c.name for c in columns]
+    body, raw, best = [], [], []
+    ordered = sorted(table.rows, key=lambda r: (r.preset, board.rank.get(r.key) is None,
+                                                board.rank.get(r.key) or 0, r.label))
+    for row in ordered:
+        values = {
+            "rank": (_rank_text(board, row), board.rank.get(row.key)),
+            "model": (row.label, None),
+            "preset": (row.preset, None),
+            "params": (si(row.parameters), row.parameters),
+            "state": (si(row.state_floats), row.state_floats),
+            "gate": (row.gate or MISSING, None),
+            "seeds": (",".join(map(str, row.seeds)) or MISSING, None),
+            "train_tps": (fmt(row.train_tokens_per_s, 3, 0) if row.train_tokens_per_s else MISSING,
+                         row.train_tokens_per_s),
+        }
+        line, nums, bold = [], [], []
+        for k, _ in lead:
+            line.append(values[k][0])
+            nums.append(values[k][1])
+            bold.append(False)
+        for c in columns:
+            cell = table.cell(row, c)
+            verdict = board.verdicts.get(c.name)
+            group = board.group(row, c) if verdict is not None and verdict.votes else None
+            text = cell_text(cell, compact=view == "compact")
+            if group is not None and cell is not None:
+                text += f" {group}"
+            line.append(text)
+            nums.append(None if cell is None or math.isnan(cell.value) else cell.value)
+            bold.append(group == "a")
+        body.append(line)
+        raw.append(nums)
+        best.append(bold)
+    return Display(keys, header, body, raw, best, legend(board, columns), {"model", "preset", "gate", "seeds", "rank"})
+
+
+def legend(board: Board, columns: list[Column]) -> list[str]:
+    """What every mark means, which columns vote and why the others do not, and what rows lack."""
+    cfg = board.config
+    lines = [
+        f"rank: Borda rank within the preset over the voting columns, each suite weighing the same; in brackets its "
+        f"{cfg.rank_level:.0%} bootstrap interval (columns and shared items resampled); '=' marks a row whose rank "
+        "interval overlaps another's (tied); '–' a row that lacks a voting suite.",
+        f"letters: tie groups of a voting column; 'a' (bold) holds the best row and every row a paired test on "
+        f"shared items cannot tell from it (Holm, family-wise alpha {cfg.alpha:g}); then 'b', ...",
+        f"values: mean over seeds with its interval (one seed: the run's own; ± is half its width); "
+        f"{UNRELIABLE_MARK} unreliable (does not vote), {OUTSIDE_MARK} the point lies outside its interval, "
+        "n/a does not exist, — missing.",
+        "gate: the conformance gate's verdict for the row's mixer and config (skipped: scored with --skip-gate).",
+    ]
+    votes = [v.column.name for v in board.verdicts.values() if v.votes]
+    lines.append("voting columns: " + (", ".join(votes) if votes else "none"))
+    for c in columns:
+        v = board.verdicts.get(c.name)
+        if v is not None and not v.votes and c.role == "score":
+            lines.append(f"{c.name} does not vote: {v.reason}")
+    for row in board.table.rows:
+        if row.key in board.unranked:
+            lines.append(f"{row.label} / {row.preset} is not ranked: it {board.unranked[row.key]}")
+    lines += board.table.notes
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- formats
+
+
+def _escape_md(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _escape_latex(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in "&%$#_{}":
+            out.append("\\" + ch)
+        elif ch == "\\":
+            out.append(r"\textbackslash{}")
+        elif ch == "~":
+            out.append(r"\textasciitilde{}")
+        elif ch == "^":
+            out.append(r"\textasciicircum{}")
+        else:
+            out.append(ch)
+    return " ".join("".join(out).split("\n"))
+
+
+def _render_md(board: Board, d: Display) -> str:
+    rows = [[("**" + _escape_md(t) + "**") if b else _escape_md(t) for t, b in zip(line, bold)]
+            for line, bold in zip(d.body, d.best)]
+    text = pd.DataFrame(rows, columns=[_escape_md(h) for h in d.header]).to_markdown(index=False, disable_numparse=True)
+    return text + "\n\n" + "\n".join(f"- {_escape_md(line)}" for line in d.legend)
+
+
+def _render_html(board: Board, d: Display) -> str:
+    e = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    head = "<tr>" + "".join(f'<th data-key="{e(k)}">{e(h)}</th>' for k, h in zip(d.keys, d.header)) + "</tr>"
+    lines = ['<table class="mixbench-leaderboard">', "<thead>", head, "</thead>", "<tbody>"]
+    for line, nums, bold in zip(d.body, d.raw, d.best):
+        cells = []
+        for t, n, b in zip(line, nums, bold):
+            sort = f' data-sort="{e(repr(float(n)))}"' if n is not None else ""
+            text = f"<strong>{e(t)}</strong>" if b else e(t)
+            cells.append(f"<td{sort}>{text}</td>")
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    return "\n".join([*lines, "</tbody>", "</table>"])
+
+
+def _render_latex(board: Board, d: Display) -> str:
+    align = "".join("l" if k in d.text_columns else "r" for k in d.keys)
+    lines = [rf"\begin{{tabular}}{{{align}}}", r"\hline", " & ".join(_escape_latex(h) for h in d.header) + r" \\",
+             r"\hline"]
+    for line, bold in zip(d.body, d.best):
+        lines.append(" & ".join(rf"\textbf{{{_escape_latex(t)}}}" if b else _escape_latex(t)
+                                for t, b in zip(line, bold)) + r" \\")
+    return "\n".join([*lines, r"\hline", r"\end{tabular}"])
+
+
+def board_records(board: Board, columns: list[Column] | None = None) -> list[dict[str, Any]]:
+    """JSON-ready rows: identity, cost, rank with interval, and every cell with its interval, group and vote."""
+    table = board.table
+    columns = list(table.columns) if columns is None else columns
+    out = []
+    for row in table.rows:
+        rec: dict[str, Any] = {
+            "row": row.key, "model": row.label, "mixer": row.mixer, "preset": row.preset, "seeds": list(row.seeds),
+            "parameters": row.parameters, "state_floats": row.state_floats, "train_flops": row.train_flops,
+            "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate,
+            "rank": board.rank.get(row.key), "rank_interval": board.rank_interval.get(row.key),
+            "rank_tied": board.tied.get(row.key, False), "borda_points": board.points.get(row.key),
+            "unranked": board.unranked.get(row.key), "pareto": board.pareto.get(row.key), "cells": {},
+        }
+        for c in columns:
+            cell = table.cell(row, c)
+            if cell is None:
+                continue
+            verdict = board.verdicts.get(c.name)
+            rec["cells"][c.name] = {**cell.to_json(), "role": c.role, "votes": bool(verdict and verdict.votes),
+                                    "group": board.group(row, c) if verdict is not None and verdict.votes else None}
+        out.append(rec)
+    return out
+
+
+def board_json(board: Board, columns: list[Column] | None = None) -> str:
+    doc = {
+        "columns": [{"name": c.name, "suite": c.suite, "metric": c.metric, "role": c.role, "config": c.config,
+                     "higher_is_better": c.higher_is_better, "unit": c.unit,
+                     "votes": board.verdicts[c.name].votes, "weight": board.verdicts[c.name].weight,
+                     "not_voting_because": board.verdicts[c.name].reason or None}
+                    for c in (board.table.columns if columns is None else columns)],
+        "rows": board_records(board, columns),
+        "notes": legend(board, list(board.table.columns) if columns is None else columns),
+        "config": {"alpha": board.config.alpha, "rank_level": board.config.rank_level,
+                   "bootstrap": board.config.bootstrap},
+    }
+    return json.dumps(json_safe(doc), allow_nan=False, ensure_ascii=False, indent=2)
+
+
+def _render_csv(board: Board, d: Display, columns: list[Column]) -> str:
+    flat = []
+    for rec in board_records(board, columns):
+        line = {k: v for k, v in rec.items() if k != "cells"}
+        for c in columns:
+            cell = rec["cells"].get(c.name)
+            iv = (cell or {}).get("interval") or {}
+            line[c.name] = None if cell is None else cell["value"]
+            line[f"{c.name} low"] = iv.get("low")
+            line[f"{c.name} high"] = iv.get("high")
+            line[f"{c.name} interval"] = iv.get("kind")
+            line[f"{c.name} group"] = None if cell is None else cell["group"]
+        flat.append(line)
+    buffer = io.StringIO()
+    pd.DataFrame(flat).to_csv(buffer, index=False)
+    return buffer.getvalue()
+
+
+_TEXT: dict[str, Callable[[Board, Display], str]] = {"md": _render_md, "html": _render_html, "latex": _render_latex}
+
+
+def render(board: Board, fmt_name: str = "md", view: str = "compact", suite: str | None = None) -> str:
+    """``board`` in ``fmt_name`` and ``view``; an empty board renders as one sentence."""
+    if fmt_name not in FORMATS:
+        raise MixbenchError(f"unknown leaderboard format '{fmt_name}'; use one of {', '.join(FORMATS)}.")
+    if board.table.empty:
+        notes = "; ".join(board.table.notes)
+        return f"no results in {board.table.root or 'the store'}" + (f" ({notes})" if notes else "") + \
+            "; run `mixbench quickstart` or `mixbench eval`"
+    d = display(board, view, suite, fmt_name)
+    columns = [board.table.column(k) for k in d.keys if "/" in k]
+    if fmt_name == "json":
+        return board_json(board, columns if view != "full" else None)
+    if fmt_name == "csv":
+        return _render_csv(board, d, columns)
+    return _TEXT[fmt_name](board, d)
