@@ -116,6 +116,7 @@ class DataConfig:
     vocab_size: int = 4096
     tokenizer_file: str = ""  # a pretrained tokenizers JSON file instead of training a BPE
     max_train_docs: int = 0  # 0 = all
+    skip_bad_rows: bool = False  # leave out (and count) json/parquet rows without a string text field
 
     def __post_init__(self) -> None:
         if not isinstance(self.vocab_size, int) or self.vocab_size < 260:

@@ -29,6 +29,7 @@ import io
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -88,15 +89,19 @@ def default_cache_dir() -> Path:
 # ----------------------------------------------------------------------------------------------- documents
 
 
-def load_documents(cfg: DataConfig) -> dict[str, list[Document]]:
-    """Every split in :data:`SPLITS` (the ood ones are empty for non-embedded sources); empty texts dropped."""
+def load_documents(cfg: DataConfig, report: dict[str, Any] | None = None) -> dict[str, list[Document]]:
+    """Every split in :data:`SPLITS` (the ood ones are empty for non-embedded sources); empty texts dropped.
+
+    ``report`` (a dict) receives ``skipped_rows``: file -> rows left out under ``cfg.skip_bad_rows``.
+    """
+    report = {} if report is None else report
     source = cfg.source
     if source == "embedded":
         splits = _embedded()
     elif source.startswith("hub:"):
         splits = _hub(source[4:], cfg, "")
     elif Path(source).expanduser().exists():
-        splits = _local(Path(source).expanduser(), cfg)
+        splits = _local(Path(source).expanduser(), cfg, report)
     elif "/" in source and not source.startswith(("/", ".", "~")) and _builder(Path(source)) is None:
         splits = _hub(source, cfg, f" (no local path {source} exists either)")
     else:
@@ -151,7 +156,7 @@ def _builder(path: Path) -> str | None:
     return None if builder == "parquet" and path.suffix == ".gz" else builder
 
 
-def _local(path: Path, cfg: DataConfig) -> dict[str, list[Document]]:
+def _local(path: Path, cfg: DataConfig, report: dict[str, Any]) -> dict[str, list[Document]]:
     if path.is_file():
         if _builder(path) is None:
             raise MixbenchError(f"data file {path} is not {', '.join(_EXTENSIONS)}; convert it or give a folder.")
@@ -169,11 +174,182 @@ def _local(path: Path, cfg: DataConfig) -> dict[str, list[Document]]:
             f"data folder {path} mixes {', '.join(sorted(builders))} files; keep one format per folder."
         )
     builder = builders.pop()
+    if builder == "json":  # parsed here, line by line: every error names its file and line (docs/data.md)
+        tables = {split: _Rows() for split in data_files}
+        for split, files in data_files.items():
+            for file in files:
+                tables[split].extend(_json_rows(file, cfg, report))
+        return _from_dataset_dict(tables, str(path), cfg.text_field)
+    for file in (p for ps in data_files.values() for p in ps):
+        if builder == "text":
+            _check_text_file(file)
+        else:
+            _check_parquet(file, cfg, report)
     kwargs = {"sample_by": "paragraph"} if builder == "text" else {}
     import datasets  # imported on use: it is slow to import and the embedded corpus does not need it
 
-    ds = datasets.load_dataset(builder, data_files={k: [str(p) for p in v] for k, v in data_files.items()}, **kwargs)
+    try:
+        ds = datasets.load_dataset(
+            builder, data_files={k: [str(p) for p in v] for k, v in data_files.items()}, **kwargs
+        )
+    except Exception as exc:  # checked above, so this is rare: say which files, without datasets' traceback
+        cause = exc.__cause__ or exc
+        raise MixbenchError(
+            f"the datasets library could not read the {builder} files under {path} "
+            f"({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}); check those files."
+        ) from exc
     return _from_dataset_dict(ds, str(path), "text" if builder == "text" else cfg.text_field)
+
+
+class _Rows(list):
+    """Rows of one split, in a form :func:`_from_dataset_dict` reads like a ``datasets`` table."""
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(dict.fromkeys(k for row in self for k in row))
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _where(path: Path, line: int, offset: int) -> str:
+    unzipped = " of the decompressed text" if path.suffix == ".gz" else ""
+    return f"line {line}, byte offset {offset}{unzipped}"
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, int, str]]:
+    """``(line number, byte offset, text)`` of each line, or a one-sentence error for a binary, non-UTF-8 or
+    unreadable (bad gzip) file."""
+    offset = 0
+    try:
+        with _open_binary(path) as f:
+            for number, raw in enumerate(f, 1):
+                nul = raw.find(b"\x00")
+                if nul >= 0:
+                    raise MixbenchError(
+                        f"data file {path} looks binary: a NUL byte at {_where(path, number, offset + nul)}; "
+                        "give a UTF-8 text file."
+                    )
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise MixbenchError(
+                        f"data file {path} is not UTF-8: byte 0x{raw[exc.start]:02x} at "
+                        f"{_where(path, number, offset + exc.start)} does not decode; re-save the file as UTF-8 "
+                        f"(from Latin-1: iconv -f latin1 -t utf-8)."
+                    ) from None
+                yield number, offset, text
+                offset += len(raw)
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; EOFError: a truncated .gz
+        raise MixbenchError(f"data file {path} cannot be read ({type(exc).__name__}: {exc}); replace it.") from None
+
+
+def _check_text_file(path: Path) -> None:
+    """A .txt file must hold some UTF-8 text without NUL bytes (errors name the line and byte offset)."""
+    if not any(text.strip() for _, _, text in _decoded_lines(path)):
+        raise MixbenchError(f"data file {path} is empty (no text in it); add text or remove the file.")
+
+
+def _json_rows(path: Path, cfg: DataConfig, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a .json/.jsonl file: JSON Lines (one object per line), or for .json a whole-file array.
+
+    A row without a string ``text_field`` is an error naming its line, unless ``skip_bad_rows``: then such rows
+    are left out, counted in ``report["skipped_rows"]`` and announced on stderr. The row index of the others
+    is unchanged (it is part of each document's id).
+    """
+    lines: Any = _decoded_lines(path)
+    if path.name.removesuffix(".gz").endswith(".json"):
+        lines = list(lines)
+        whole = "".join(text for _, _, text in lines)
+        try:
+            parsed = json.loads(whole)
+        except json.JSONDecodeError:
+            parsed = None  # JSON Lines in a .json file: parsed line by line below
+        if isinstance(parsed, list):
+            return _checked_rows(path, [(1, 0, row) for row in parsed], cfg, report, whole_file=True)
+    rows = []
+    for number, offset, text in lines:
+        if not text.strip():
+            continue
+        try:
+            rows.append((number, offset, json.loads(text.rstrip("\r\n"))))
+        except json.JSONDecodeError as exc:
+            raise MixbenchError(
+                f"data file {path} is not valid JSON at {_where(path, number, offset)} ({exc.msg} at column "
+                f"{exc.colno}); fix that line (one JSON object per line) or remove it."
+            ) from None
+    return _checked_rows(path, rows, cfg, report)
+
+
+def _checked_rows(path: Path, rows: list[tuple[int, int, Any]], cfg: DataConfig, report: dict[str, Any],
+                  whole_file: bool = False) -> list[dict[str, Any]]:
+    if not rows:
+        raise MixbenchError(f"data file {path} is empty (no JSON rows in it); add rows or remove the file.")
+    field = cfg.text_field
+    out, bad = [], []
+    for index, (number, offset, row) in enumerate(rows):
+        where = f"row {index + 1}" if whole_file else _where(path, number, offset)
+        if not isinstance(row, dict):
+            raise MixbenchError(
+                f"data file {path} holds a JSON {type(row).__name__} instead of an object at {where}; write one "
+                f"object per row, e.g. {{\"{field}\": \"...\"}}."
+            )
+        if not isinstance(row.get(field), str):
+            bad.append(where)
+            row = {**row, field: None}
+        out.append(row)
+    if len(bad) == len(rows):
+        columns = ", ".join(dict.fromkeys(k for r in out for k in r if k != field)) or "none"
+        raise MixbenchError(
+            f"{path} has no column '{field}' holding text in any row (columns: {columns}); set text_field "
+            f"(--text-field) to the field holding the text."
+        )
+    if bad:
+        _bad_rows(path, bad, len(rows), cfg, report, f"without a string '{field}'")
+    return out
+
+
+def _check_parquet(path: Path, cfg: DataConfig, report: dict[str, Any]) -> None:
+    """A readable parquet file whose text column holds strings; null texts are bad rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        if cfg.text_field not in schema.names:
+            raise MixbenchError(
+                f"{path} has no column '{cfg.text_field}' (columns: {', '.join(schema.names)}); set text_field "
+                f"(--text-field) to the column holding the text."
+            )
+        column = pq.read_table(path, columns=[cfg.text_field]).column(0)
+    except MixbenchError:
+        raise
+    except Exception as exc:  # ArrowInvalid, OSError: not parquet, truncated
+        raise MixbenchError(
+            f"data file {path} is not a readable parquet file ({type(exc).__name__}: {exc}); replace it."
+        ) from None
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise MixbenchError(
+            f"{path}: column '{cfg.text_field}' holds {column.type}, not text; set text_field to a text column."
+        )
+    if column.null_count:
+        nulls = column.is_null().to_pylist()
+        bad = [f"row {i + 1}" for i, null in enumerate(nulls) if null]
+        _bad_rows(path, bad, len(column), cfg, report, f"with a null '{cfg.text_field}'")
+
+
+def _bad_rows(path: Path, bad: list[str], total: int, cfg: DataConfig, report: dict[str, Any], what: str) -> None:
+    if not cfg.skip_bad_rows:
+        raise MixbenchError(
+            f"data file {path} has {len(bad)} of {total} rows {what} (the first at {bad[0]}); fix them, set "
+            f"text_field, or pass --skip-bad-rows (skip_bad_rows: true in a plan's data) to leave them out."
+        )
+    report.setdefault("skipped_rows", {})[str(path)] = len(bad)
+    print(
+        f"[mixbench] {path}: skipped {len(bad)} of {total} rows {what} (the first at {bad[0]}; --skip-bad-rows)",
+        file=sys.stderr, flush=True,
+    )
 
 
 def _split_files(root: Path, found: list[Path]) -> dict[str, list[Path]]:
@@ -269,7 +445,8 @@ def _sha(text: str) -> str:
 def load_corpus(cfg: DataConfig, cache_dir: Path | None = None, progress: bool = True) -> Corpus:
     """Documents, tokenizer and training stream for ``cfg``; tokenizer and stream come from the cache when present."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    documents = load_documents(cfg)
+    report: dict[str, Any] = {}
+    documents = load_documents(cfg, report)
     train_texts = [d.text for d in documents["train"]]
     if cfg.tokenizer_file:
         tokenizer = Tokenizer.from_file(cfg.tokenizer_file)
@@ -287,7 +464,9 @@ def load_corpus(cfg: DataConfig, cache_dir: Path | None = None, progress: bool =
         buf = io.BytesIO()
         np.save(buf, train_tokens)
         atomic_write(path, buf.getvalue())
-    return Corpus(cfg, documents, tokenizer, train_tokens, fingerprint, progress)
+    corpus = Corpus(cfg, documents, tokenizer, train_tokens, fingerprint, progress)
+    corpus.skipped_rows = dict(report.get("skipped_rows", {}))
+    return corpus
 
 
 def _encode(tokenizer: Tokenizer, texts: list[str], desc: str, progress: bool) -> list[np.ndarray]:
@@ -318,6 +497,8 @@ class Corpus:
         self.train_tokens = train_tokens
         self.fingerprint = fingerprint  # documents of every split + tokenizer
         self.progress = progress
+        #: file -> rows left out under ``skip_bad_rows`` (recorded in checkpoints and manifests)
+        self.skipped_rows: dict[str, int] = {}
         self._encoded: dict[str, list[EncodedDoc]] = {}
         train_tokens.flags.writeable = False
 

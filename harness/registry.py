@@ -32,15 +32,11 @@ class Entry(Generic[T]):
     source: str
 
     def make_config(self, values: dict[str, Any] | None = None) -> Any:
-        """Build the entry's config dataclass from a mapping, naming unknown keys in the error."""
-        values = dict(values or {})
-        fields = {f.name for f in dataclasses.fields(self.config_cls)}
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            raise ConfigError(
-                f"{self.name}: unknown config field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(fields))}."
-            )
-        return self.config_cls(**values)
+        """Build the entry's config dataclass from a mapping of CLI strings or typed plan values, each converted
+        and checked by its field's type and declared limits (:mod:`harness.values`); unknown keys are named."""
+        from harness.values import build_config
+
+        return build_config(self.config_cls, values, self.name)
 
 
 @dataclass(frozen=True)

@@ -16,28 +16,28 @@ import torch
 from harness.config import BackboneConfig, DataConfig, ModelSpec, RunSpec, TrainConfig, get_preset
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import MIXERS
+from harness.values import coerce_values
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, Any]:
-    """``["n_prototypes=16", "beta_init=0.8"]`` -> typed dict (ints, floats, bools, strings)."""
+    """``["n_prototypes=16", "beta_init=0.8"]`` -> ``{"n_prototypes": "16", "beta_init": "0.8"}``.
+
+    Values stay strings: the config they are meant for converts each by its field's type (``"2.5"`` is no
+    integer, ``"true"`` no count, ``"nan"`` no size; see :mod:`harness.values`), which a guess made here
+    without knowing the field cannot do.
+    """
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise ConfigError(f"expected KEY=VALUE, got '{item}'.")
+            raise ConfigError(f"expected KEY=VALUE, got '{item}'; write e.g. max_windows=16.")
         key, raw = item.split("=", 1)
-        out[key.strip().replace("-", "_")] = _parse_value(raw.strip())
+        key = key.strip().replace("-", "_")
+        if not key:
+            raise ConfigError(f"expected KEY=VALUE, got '{item}' (no key before '=').")
+        if key in out:
+            raise ConfigError(f"{key} is given twice ({key}={out[key]} and {item}); give it once.")
+        out[key] = raw.strip()
     return out
-
-
-def _parse_value(raw: str) -> Any:
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
 
 
 def check_data_source(cfg: DataConfig) -> None:
@@ -66,16 +66,20 @@ def make_run_spec(
     """A validated RunSpec whose vocab size is the requested one (set to the tokenizer's by ``bind_vocab``)."""
     p = get_preset(preset)
     entry = MIXERS.get(mixer)
+    # typed once here, so `n_prototypes=16` from the CLI and `n_prototypes: 16` from a plan are one model
+    mixer_config = coerce_values(entry.config_cls, mixer_config, mixer)
     entry.make_config(mixer_config)  # validates field names and values
-    data = DataConfig(**{"vocab_size": p.vocab_size, **(data_overrides or {})})
+    data_values = coerce_values(DataConfig, data_overrides, "data")
+    data = DataConfig(**{"vocab_size": p.vocab_size, **data_values})
     check_data_source(data)
-    backbone = BackboneConfig(**{**p.backbone, "vocab_size": data.vocab_size, **(backbone_overrides or {})})
+    backbone_values = coerce_values(BackboneConfig, backbone_overrides, "backbone")
+    backbone = BackboneConfig(**{**p.backbone, "vocab_size": data.vocab_size, **backbone_values})
     train_values = {**p.train, **{k: v for k, v in (train_overrides or {}).items() if v is not None}}
     unknown = set(train_values) - {f.name for f in dataclasses.fields(TrainConfig)}
     if unknown:
         raise ConfigError(f"unknown training option(s): {', '.join(sorted(unknown))}.")
-    train = TrainConfig(**train_values)
-    spec = RunSpec(ModelSpec(mixer, dict(mixer_config or {}), backbone), data, train, preset)
+    train = TrainConfig(**coerce_values(TrainConfig, train_values, "train"))
+    spec = RunSpec(ModelSpec(mixer, mixer_config, backbone), data, train, preset)
     validate_model(spec.model)
     return spec
 

@@ -26,13 +26,14 @@ from harness.errors import ConfigError
 from harness.mixer import Mixer, Unit
 from harness.recording import record, wanted
 from harness.registry import register_mixer
+from harness.values import option
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    n_heads: int = 4
-    n_kv_heads: int = 0  # 0 = n_heads (plain multi-head); fewer = grouped-query attention
-    rope_theta: float = 500_000.0
+    n_heads: int = option(4, "query heads (must divide d_model)", min=1)
+    n_kv_heads: int = option(0, min=0)  # 0 = n_heads (plain multi-head); fewer = grouped-query attention
+    rope_theta: float = option(500_000.0, "RoPE base (LLaMA-3: 500000)", gt=0)
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_heads, int) or self.n_heads < 1:

@@ -34,6 +34,7 @@ from harness.errors import ConfigError
 from harness.mixer import Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
+from harness.values import option
 from mixers import _fla_routing, _routing
 from mixers._routed_mixer import RoutedMixer
 
@@ -52,14 +53,14 @@ def _check_common(mixer: str, num_heads: int, conv_size: int) -> None:
 class DeltaNetConfig:
     """``fla.layers.DeltaNet`` options; the defaults are fla's (4 heads of d_model / 4 suit every preset)."""
 
-    num_heads: int = 4
-    expand_k: float = 1.0
-    expand_v: float = 1.0
-    use_beta: bool = True
-    use_gate: bool = False
-    use_short_conv: bool = True
-    conv_size: int = 4
-    allow_neg_eigval: bool = False
+    num_heads: int = option(4, "heads (must divide d_model)", min=1)
+    expand_k: float = option(1.0, "key width = expand_k * d_model", gt=0)
+    expand_v: float = option(1.0, "value width = expand_v * d_model", gt=0)
+    use_beta: bool = option(True, "learned per-token writing strength beta")
+    use_gate: bool = option(False, "output gate")
+    use_short_conv: bool = option(True, "short causal convs on q, k, v")
+    conv_size: int = option(4, "width of those convs", min=2)
+    allow_neg_eigval: bool = option(False, "beta in (0, 2): negative eigenvalues of the transition")
 
     def __post_init__(self) -> None:
         _check_common("deltanet", self.num_heads, self.conv_size)
@@ -73,13 +74,13 @@ class GatedDeltaNetConfig:
     0 applies fla's own sizing rule instead (num_heads * head_dim = 0.75 d_model, about 6 d_model^2 parameters
     per layer with the output gate): head_dim = d_model / 8 with the 6 default heads."""
 
-    num_heads: int = 6
-    head_dim: int = 0
-    expand_v: float = 2.0
-    use_gate: bool = True
-    use_short_conv: bool = True
-    conv_size: int = 4
-    allow_neg_eigval: bool = False
+    num_heads: int = option(6, "heads", min=1)
+    head_dim: int = option(0, "key channels per head; 0 = fla's sizing rule (d_model / 8 with 6 heads)", min=0)
+    expand_v: float = option(2.0, "value width per head = expand_v * head_dim", gt=0)
+    use_gate: bool = option(True, "output gate")
+    use_short_conv: bool = option(True, "short causal convs on q, k, v")
+    conv_size: int = option(4, "width of those convs", min=2)
+    allow_neg_eigval: bool = option(False, "beta in (0, 2): negative eigenvalues of the transition")
 
     def __post_init__(self) -> None:
         _check_common("gated-deltanet", self.num_heads, self.conv_size)

@@ -38,6 +38,7 @@ from harness.errors import ConfigError
 from harness.mixer import Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
+from harness.values import option
 from mixers import _mamba_routing, _routing
 from mixers._routed_mixer import RoutedMixer
 
@@ -54,10 +55,10 @@ def _require_positive(mixer: str, **values: int) -> None:
 class MambaConfig:
     """``mamba_ssm.Mamba`` options; the defaults are the package's (they suit every preset width)."""
 
-    d_state: int = 16
-    d_conv: int = 4
-    expand: int = 2
-    dt_rank: int = 0  # 0 = the package's "auto": ceil(d_model / 16)
+    d_state: int = option(16, "SSM state size per channel", min=1)
+    d_conv: int = option(4, "width of the causal conv before the SSM", min=1)
+    expand: int = option(2, "inner width = expand * d_model", min=1)
+    dt_rank: int = option(0, min=0)  # 0 = the package's "auto": ceil(d_model / 16)
 
     def __post_init__(self) -> None:
         _require_positive("mamba", d_state=self.d_state, d_conv=self.d_conv, expand=self.expand)
@@ -71,12 +72,14 @@ class Mamba2Config:
     even the tiny preset (d_model 64: two heads); widths where expand * d_model is not a multiple of headdim
     need a smaller headdim."""
 
-    d_state: int = 128
-    d_conv: int = 4
-    expand: int = 2
-    headdim: int = 64
-    ngroups: int = 1
-    chunk_size: int = 256  # the CUDA kernels' chunk; the torch path uses its own block (any gives the same result)
+    d_state: int = option(128, "SSM state size per head", min=1)
+    d_conv: int = option(4, "width of the causal conv before the SSM", min=1)
+    expand: int = option(2, "inner width = expand * d_model", min=1)
+    headdim: int = option(64, "channels per head (expand * d_model must be a multiple)", min=1)
+    ngroups: int = option(1, "groups sharing B and C", min=1)
+    chunk_size: int = option(
+        256, "the CUDA kernels' chunk; the torch path uses its own block (any gives the same result)", min=1
+    )
 
     def __post_init__(self) -> None:
         _require_positive(

@@ -42,6 +42,7 @@ from harness.errors import ConfigError
 from harness.mixer import KernelBenchmark, Mixer, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
+from harness.values import option
 from mixers.protot_gla import triton_gla
 from mixers.protot_kernels import DEFAULT_CHUNK, KERNELS, kernel_benchmark
 
@@ -51,15 +52,15 @@ TAU_EPS = 2e-6
 
 @dataclass(frozen=True)
 class ProtoTConfig:
-    n_prototypes: int = 32
-    beta_init: float = 0.9
-    tau_init: float = 1.0
-    shared_tau_init: float = 3.0
-    shared_routing_layers: int = 1
-    conv_layers: int = 2
-    conv_width: int = 5
-    mass_floor: float = 1e-6
-    chunk_size: int = DEFAULT_CHUNK
+    n_prototypes: int = option(32, "R: prototypes (channels) per layer", min=1)
+    beta_init: float = option(0.9, "initial decay of every channel's running mean", gt=0, lt=1)
+    tau_init: float = option(1.0, "initial write/read temperature", gt=0)
+    shared_tau_init: float = option(3.0, "initial temperature of the shared-routing layers", gt=0)
+    shared_routing_layers: int = option(1, "the first N layers read with their write gate", min=0)
+    conv_layers: int = option(2, "the first N layers smooth values with a causal conv", min=0)
+    conv_width: int = option(5, "width of that causal depthwise conv", min=1)
+    mass_floor: float = option(1e-6, "floor of a channel's mass in the running mean's division", gt=0)
+    chunk_size: int = option(DEFAULT_CHUNK, "tokens per block of the chunked kernel (same result for any)", min=1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_prototypes, int) or self.n_prototypes < 1:

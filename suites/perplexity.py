@@ -33,22 +33,24 @@ from tqdm.auto import tqdm
 
 from harness.batching import IGNORE_INDEX, batched, collate_windows
 from harness.errors import ConfigError
+from harness.memory import check_forward
 from harness.registry import register_suite
 from harness import stats
 from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
+from harness.values import option
 
 SPLIT_PREFIX = {"test": "", "test_ood": "ood_", "validation": "val_", "validation_ood": "val_ood_"}
 
 
 @dataclass(frozen=True)
 class PerplexityConfig:
-    splits: tuple[str, ...] = ("test", "test_ood")
-    context: int = 0  # 0 = the model's training context
-    batch_size: int = 8
-    max_windows: int = 0  # 0 = every window of each split; otherwise an evenly spaced subset
-    bootstrap: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
+    splits: tuple[str, ...] = option(("test", "test_ood"), "held-out splits to score", choices=tuple(SPLIT_PREFIX))
+    context: int = option(0, "evaluation context in tokens; 0 = the model's training context", min=0)
+    batch_size: int = option(8, "windows per forward pass (ppl_batch_mean depends on it)", min=1)
+    max_windows: int = option(0, "0 = every window of each split; otherwise an evenly spaced subset", min=0)
+    bootstrap: int = option(1000, "bootstrap resamples of documents for the CIs", min=0)
+    confidence: float = option(0.95, "level of the confidence intervals", min=0.5, lt=1)
+    seed: int = option(0, "seed of the bootstrap resampling", min=0)
 
     def __post_init__(self) -> None:
         splits = (self.splits,) if isinstance(self.splits, str) else tuple(self.splits)
@@ -89,7 +91,12 @@ class Perplexity(Suite):
     headline: ClassVar[tuple[str, ...]] = ("ppl", "bpb", "ppl_batch_mean", "ood_ppl", "unigram_ppl")
 
     def validate(self, model) -> None:
-        model.check_context(self.cfg.context or model.config.context)
+        context = self.cfg.context or model.config.context
+        model.check_context(context)
+        check_forward(  # a context past training can need far more memory than the machine has (docs/memory.md)
+            model, self.cfg.batch_size, context, f"perplexity: scoring {self.cfg.batch_size} windows of up to "
+            f"{context:,} tokens at a time", "lower context or batch_size (--suite-config context=... batch_size=...)",
+        )
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         self.validate(model)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from harness.data import SPLITS
 from harness.errors import ConfigError
+from harness.values import option
 
 #: how the basis functions and the toy treat tokens outside the top-k vocabulary (docs/faithfulness.md):
 #: "paper" as the released scripts (centre by 1/|full vocabulary|, keep those positions; toy: one UNK token),
@@ -44,11 +45,12 @@ class InterpConfig:
     """Defaults score a quick-preset model in ~1-2 min on the 2-core CPU (``parts`` without "toy"); the quickstart
     (see suites/interpretability/__init__.py) keeps the judge-free metrics and one intervention in <= 45 s."""
 
-    parts: tuple[str, ...] = DEFAULT_PARTS
-    seed: int = 0
+    parts: tuple[str, ...] = option(DEFAULT_PARTS, "what to run (toy is opt-in: minutes of CPU)", choices=PARTS)
+    seed: int = option(0, "seed of every sampled choice of the suite", min=0)
     # --- unit profiles (held-out text)
-    profile_splits: tuple[str, ...] = ("validation", "validation_ood")
-    profile_tokens: int = 16384
+    profile_splits: tuple[str, ...] = option(("validation", "validation_ood"), "held-out splits units are profiled on",
+                                             choices=HELD_OUT)
+    profile_tokens: int = option(16384, "tokens of held-out text per profile", min=1)
     window: int = 128  # tokens per profile window
     n_contexts: int = 8  # top contexts per unit: what coherence and themes score, and the cards show
     context_left: int = 12  # tokens of left context (what the unit saw) in a context
@@ -58,46 +60,47 @@ class InterpConfig:
     dead_threshold: float = 0.01  # dead: max activation <= this fraction of the layer's largest unit maximum
     themes_distance: float = 0.7  # cosine distance at which average-linkage clusters of contexts are cut
     random_sets: int = 32  # random-context sets for the coherence / themes baseline
-    bootstrap: int = 1000
+    bootstrap: int = option(1000, "bootstrap resamples for the CIs", min=0)
     # --- SAE baseline (residual stream of the model under test)
     sae_layer: int = -1  # index into the residual stream (0 = embeddings, L = last block); -1 = L // 2
-    sae_features: int = 512
+    sae_features: int = option(512, "features of the top-k sparse autoencoder", min=1)
     sae_k: int = 16  # active features per token (top-k SAE)
     sae_tokens: int = 32768  # training tokens (train split)
-    sae_steps: int = 800
+    sae_steps: int = option(800, "SAE training steps", min=1)
     sae_units: int = 32  # features scored per selection (top by variance and top by frequency)
     # --- coverage of known concepts (train split: Brown genres, SOTU eras)
     concept_windows: int = 12  # windows per concept, each from a different document where possible
-    concept_window: int = 64
+    concept_window: int = option(64, "tokens per concept window", min=1)
     era_bounds: tuple[int, ...] = (1861, 1901, 1946, 2000)  # SOTU eras: [1790, 1861), ..., [2000, ...)
     # --- interventions (held-out text)
     intervene_modes: tuple[str, ...] = ()  # () = every mode the mixer supports; else those it supports
     target: str = "auto"  # a concept word, or "auto": the most frequent content word that is a unit's top token
     target_unit: str = ""  # LAYER:INDEX overrides the automatic choice
     complement: str = ""  # a word for the complementary control ("" = the target's nearest embedding neighbour)
-    complement_unit: str = ""
+    complement_unit: str = option("", "LAYER:INDEX overrides the complementary control's unit")
     neutral_unit: str = ""  # "" = the live unit of the target's layer least active on the target word
-    intervene_splits: tuple[str, ...] = ("test", "test_ood")
-    intervene_tokens: int = 16384
+    intervene_splits: tuple[str, ...] = option(("test", "test_ood"), "held-out splits interventions are scored on",
+                                               choices=HELD_OUT)
+    intervene_tokens: int = option(16384, "tokens of held-out text the prompts come from", min=1)
     prompt_top_k: int = 10  # a prompt: the target is the next token or among the model's top-k predictions
-    max_prompts: int = 256
+    max_prompts: int = option(256, "prompts scored per intervention", min=1)
     # --- basis functions (train split) and the token-space comparison
     basis_vocab: int = 512  # top-k tokens
-    basis_sequences: int = 256
+    basis_sequences: int = option(256, "train-split windows the basis functions are computed on", min=1)
     basis_len: int = 128  # T of the basis windows (the Pythia protocol's 128)
     basis_checkpoints: tuple[str, ...] = ()  # more checkpoints of the same model (kept snapshots) to compare
     basis_convention: str = "paper"  # one of BASIS_CONVENTIONS; applies to the basis part and the toy
     # --- the toy reproduction (part "toy")
-    toy_vocab: int = 3000
-    toy_len: int = 200
-    toy_samples: int = 64
-    toy_steps: int = 24
+    toy_vocab: int = option(3000, "vocabulary of the one-hot toy model (top words)", min=1)
+    toy_len: int = option(200, "T of the toy sequences", min=1)
+    toy_samples: int = option(64, "toy sequences (full-batch gradient descent)", min=1)
+    toy_steps: int = option(24, "gradient steps of the toy model", min=1)
     toy_lrs: tuple[float, ...] = (0.5, 5.0)  # the first is the "small" one (acceptance: cosines >= 0.99)
-    toy_max_oov: float = 0.05
+    toy_max_oov: float = option(0.05, "share of out-of-vocabulary tokens a toy sequence may hold", min=0, lt=1)
     toy_early_steps: int = 24  # "early steps": the minimum cosine is taken over steps 1..this
     # --- optional LLM judge (off unless judge_url is set; "local" = the built-in local judge)
-    judge_url: str = ""
-    judge_model: str = ""
+    judge_url: str = option("", "OpenAI-compatible judge URL that names units, or local; \"\" = no judge")
+    judge_model: str = option("", "model name at judge_url")
     judge_units: int = 0  # units judged per unit type (0 = all)
 
     def __post_init__(self) -> None:

@@ -51,6 +51,7 @@ from harness.errors import ConfigError
 from harness.registry import register_suite
 from harness.stats import Interval, percentile_interval, resample_indices
 from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
+from harness.values import option
 from suites.robustness.pairs import Pair, PairSetSpec, cached_pairs, duplicate_counts, load_pairs, pair_key
 from suites.robustness.perturbations import PERTURBATIONS, check_names
 from suites.robustness.scoring import DISTANCE_BUCKETS, Scores, bucket_name, score_pairs
@@ -65,18 +66,18 @@ class RobustnessConfig:
     2-core CPU once the pair set is cached; tests use a few pairs per slice."""
 
     slices: tuple[str, ...] = DEFAULT_SLICES  # perturbation families to build pairs for
-    pairs_per_slice: int = 500
-    splits: tuple[str, ...] = HELD_OUT  # held-out splits the sentences come from
-    min_words: int = 6
-    max_words: int = 30
-    max_edits: int = 1  # edits per sentence (gender and number flip every site)
+    pairs_per_slice: int = option(500, "pairs built per perturbation family", min=1)
+    splits: tuple[str, ...] = option(HELD_OUT, choices=HELD_OUT)  # held-out splits the sentences come from
+    min_words: int = option(6, "shortest sentence used, in words", min=1)
+    max_words: int = option(30, "longest sentence used, in words", min=1)
+    max_edits: int = option(1, min=1)  # edits per sentence (gender and number flip every site)
     pairs_file: str = ""  # a user's {slice, original, perturbed} JSONL, scored instead of built pairs
-    top_k: int = 10
-    batch_size: int = 64  # distinct sentences per forward pass
-    bootstrap: int = 1000
-    confidence: float = 0.95
-    samples_per_slice: int = 10  # example pairs with their numbers kept in the results
-    seed: int = 0
+    top_k: int = option(10, "k of the top-k overlap of next-token predictions", min=2)
+    batch_size: int = option(64, min=2)  # distinct sentences per forward pass
+    bootstrap: int = option(1000, "bootstrap resamples of pairs for the CIs", min=0)
+    confidence: float = option(0.95, "level of the confidence intervals", min=0.5, lt=1)
+    samples_per_slice: int = option(10, min=0)  # example pairs with their numbers kept in the results
+    seed: int = option(0, "seed of pair building and resampling", min=0)
 
     def __post_init__(self) -> None:
         for name in ("slices", "splits"):
