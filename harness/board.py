@@ -95,9 +95,9 @@ class Board:
 def build_board(table: Table, config: BoardConfig | None = None) -> Board:
     config = config or BoardConfig()
     verdicts: dict[str, ColumnVerdict] = {}
-    points: dict[str, float | None] = {}
-    rank: dict[str, int | None] = {}
-    interval: dict[str, tuple[int, int] | None] = {}
+    points: dict[str, float | None] = {row.key: None for row in table.rows}
+    rank: dict[str, int | None] = {row.key: None for row in table.rows}
+    interval: dict[str, tuple[int, int] | None] = {row.key: None for row in table.rows}
     unranked: dict[str, str] = {}
     for preset, rows in _by_preset(table).items():
         preset_verdicts = _column_verdicts(table, rows)
@@ -184,8 +184,6 @@ def _rankable(table: Table, rows: list[Row], voting: list[ColumnVerdict]) -> tup
             lacking[row.key] = "lacks " + ", ".join(missing)
         else:
             ranked.append(row)
-    if voting and not ranked:
-        pass
     return ranked, lacking
 
 

@@ -474,6 +474,8 @@ def _causality(s: _Setup) -> CheckResult:
                 with torch.no_grad():
                     y2 = _call(m, x2)
                 worst.update(y2[:, :cut], full[:, :cut], where, f"suffix changed from position {cut}")
+    if worst.error > limit:
+        return _verdict("causality", worst, limit, "")
     # gradients in training mode: d y[t0] / d x[s] must be 0 for every s > t0
     s.model.train()
     for layer, m in enumerate(s.model.mixers):

@@ -66,6 +66,45 @@ def si(x: float | None) -> str:
     return f"{x:g}"
 
 
+def compact_number(x: float, significant: int = 3) -> str:
+    """A short number for the compact view: 3 significant digits, k/M/G above 10 000, no leading zero below 1."""
+    if not math.isfinite(x):
+        return "n/a"
+    a = abs(x)
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e4)):
+        if a >= scale:
+            scale = 1e3 if suffix == "k" else scale
+            return f"{x / scale:.{max(0, significant - 1 - math.floor(math.log10(a / scale)))}f}{suffix}"
+    if a == 0:
+        return "0"
+    digits = max(0, significant - 1 - math.floor(math.log10(a)))
+    text = f"{x:.{digits}f}"
+    if 0 < a < 1:
+        text = text.replace("0.", ".", 1)
+    return text
+
+
+def compact_cell(cell: Cell | None) -> str:
+    """``472±82``, ``.312±.04``: value to 3 significant digits and half the interval's width to 1-2."""
+    if cell is None:
+        return MISSING
+    if math.isnan(cell.value):
+        return "n/a"
+    text = compact_number(cell.value)
+    iv = cell.interval
+    if iv is not None and iv.finite:
+        text += "±" + compact_number(iv.half_width, 2 if iv.half_width >= 1 else 1)
+    if cell.outside_interval:
+        text += OUTSIDE_MARK
+    if cell.unreliable:
+        text += UNRELIABLE_MARK
+    return text
+
+
+def abbreviate(name: str, width: int = 8) -> str:
+    return name if len(name) <= width else name[: width - 1] + "."
+
+
 def cell_text(cell: Cell | None, compact: bool = False, pm: str = "±") -> str:
     """``12.34 [12.10, 12.90]`` (full) or ``12.3 ±0.4`` (compact); marks: † unreliable, ° point outside its
     interval; ``n/a`` for a number that does not exist (a crossover outside the grid)."""
@@ -148,11 +187,8 @@ def display(board: Board, view: str = "compact", suite: str | None = None, style
         lead += [("seeds", "seeds"), ("train_tps", "train tok/s")]
     up, down = ("↑", "↓") if style != "latex" else (r"$\uparrow$", r"$\downarrow$")
     header = [h for _, h in lead]
-    for c in columns:
-        name = c.suite if view == "compact" else c.name
-        if view == "compact":
-            name = f"{c.suite}: {c.metric}"
-        header.append(f"{name} {up if c.higher_is_better else down}")
+    for c in columns:  # compact: the suite, abbreviated; the legend names the metric and its direction
+        header.append(abbreviate(c.suite) if view == "compact" else f"{c.name} {up if c.higher_is_better else down}")
     keys = [k for k, _ in lead] + [c.name for c in columns]
     body, raw, best = [], [], []
     ordered = sorted(table.rows, key=lambda r: (r.preset, board.rank.get(r.key) is None,
@@ -164,7 +200,8 @@ def display(board: Board, view: str = "compact", suite: str | None = None, style
             "preset": (row.preset, None),
             "params": (si(row.parameters), row.parameters),
             "state": (si(row.state_floats), row.state_floats),
-            "gate": (row.gate or MISSING, None),
+            "gate": ({"passed": "ok", "skipped": "skip"}.get(row.gate, row.gate or MISSING) if view == "compact"
+                     else (row.gate or MISSING), None),
             "seeds": (",".join(map(str, row.seeds)) or MISSING, None),
             "train_tps": (fmt(row.train_tokens_per_s, 3, 0) if row.train_tokens_per_s else MISSING,
                          row.train_tokens_per_s),
@@ -178,16 +215,21 @@ def display(board: Board, view: str = "compact", suite: str | None = None, style
             cell = table.cell(row, c)
             verdict = board.verdicts.get(c.name)
             group = board.group(row, c) if verdict is not None and verdict.votes else None
-            text = cell_text(cell, compact=view == "compact")
+            text = compact_cell(cell) if view == "compact" else cell_text(cell)
             if group is not None and cell is not None:
-                text += f" {group}"
+                text += group if view == "compact" else f" {group}"
             line.append(text)
             nums.append(None if cell is None or math.isnan(cell.value) else cell.value)
             bold.append(group == "a")
         body.append(line)
         raw.append(nums)
         best.append(bold)
-    return Display(keys, header, body, raw, best, legend(board, columns), {"model", "preset", "gate", "seeds", "rank"})
+    notes = legend(board, columns)
+    if view == "compact":
+        named = "; ".join(f"{abbreviate(c.suite)} = {c.name} ({'higher' if c.higher_is_better else 'lower'} is better)"
+                          for c in columns)
+        notes.insert(0, f"columns: {named}; values: value±half the interval's width, then the tie group")
+    return Display(keys, header, body, raw, best, notes, {"model", "preset", "gate", "seeds", "rank"})
 
 
 def legend(board: Board, columns: list[Column]) -> list[str]:
@@ -240,11 +282,24 @@ def _escape_latex(s: str) -> str:
     return " ".join("".join(out).split("\n"))
 
 
-def _render_md(board: Board, d: Display) -> str:
-    rows = [[("**" + _escape_md(t) + "**") if b else _escape_md(t) for t, b in zip(line, bold)]
+def _render_md(board: Board, d: Display, compact: bool = False) -> str:
+    """Markdown; the compact view pads cells without the spaces around pipes (valid, and 120 columns fit eight
+    suites), and marks the top tie group by its letter alone (bold would cost four characters a cell)."""
+    rows = [[("**" + _escape_md(t) + "**") if b and not compact else _escape_md(t) for t, b in zip(line, bold)]
             for line, bold in zip(d.body, d.best)]
-    text = pd.DataFrame(rows, columns=[_escape_md(h) for h in d.header]).to_markdown(index=False, disable_numparse=True)
-    return text + "\n\n" + "\n".join(f"- {_escape_md(line)}" for line in d.legend)
+    header = [_escape_md(h) for h in d.header]
+    if compact:
+        widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(header)]
+        right = [k not in d.text_columns for k in d.keys]
+
+        def line(cells: list[str]) -> str:
+            return "|" + "|".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)) + "|"
+
+        rule = "|" + "|".join(("-" * (w - 1) + ":") if r else (":" + "-" * (w - 1)) for w, r in zip(widths, right)) + "|"
+        text = "\n".join([line(header), rule, *(line(r) for r in rows)])
+    else:
+        text = pd.DataFrame(rows, columns=header).to_markdown(index=False, disable_numparse=True)
+    return text + "\n\n" + "\n".join(f"- {_escape_md(note)}" for note in d.legend)
 
 
 def _render_html(board: Board, d: Display) -> str:
@@ -346,4 +401,6 @@ def render(board: Board, fmt_name: str = "md", view: str = "compact", suite: str
         return board_json(board, columns if view != "full" else None)
     if fmt_name == "csv":
         return _render_csv(board, d, columns)
+    if fmt_name == "md":
+        return _render_md(board, d, compact=view == "compact")
     return _TEXT[fmt_name](board, d)

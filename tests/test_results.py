@@ -17,9 +17,11 @@ import pytest
 
 from harness.config import content_hash
 from harness.errors import MixbenchError
-from harness.results import REDACTED, ResultsStore, redact, run_id
+from harness.manifest import RunManifest
+from harness.results import REDACTED, ResultsStore, redact
 from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
+from tests.planted import payload
 
 REPO = Path(__file__).resolve().parents[1]
 RID = "0123456789abcdef"
@@ -51,10 +53,26 @@ def memory_root():
         fs.rm(path, recursive=True)
 
 
-def test_run_id_is_the_content_hash():
-    key = {"mixer": "protot", "seed": 0, "suite": "perplexity"}
-    assert run_id(key) == content_hash(key) and len(run_id(key)) == 16
-    assert run_id(dict(reversed(key.items()))) == run_id(key)
+def test_a_store_of_older_manifests_is_refused_with_how_to_rebuild(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.write_run(RID, payload({}), _result())
+    old = tmp_path / "runs" / "00000000000000aa"
+    old.mkdir()
+    (old / "metrics.jsonl").write_text("")
+    (old / "manifest.json").write_text(json.dumps({"suite": "perplexity", "mixer": "protot", "run_id": old.name}))
+    with pytest.raises(MixbenchError, match=r"1 run\(s\) in .* older mixbench .*Move that store aside"):
+        list(store.iter_runs())
+
+
+def test_a_manifest_field_of_the_wrong_type_is_named(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.write_run(RID, payload({}), _result())
+    path = tmp_path / "runs" / RID / "manifest.json"
+    data = json.loads(path.read_text())
+    data["subject"]["mixer_config"] = "not a mapping"
+    path.write_text(json.dumps(data))
+    with pytest.raises(MixbenchError, match="subject.mixer_config must be a mapping"):
+        store.read_run(RID)
 
 
 def test_local_round_trip(tmp_path):
@@ -63,16 +81,16 @@ def test_local_round_trip(tmp_path):
     store = ResultsStore(tmp_path / "store")
     result = _result()
     result.plots.append(plot)
-    result.info["windows"] = 4
-    where = store.write_run(RID, {"suite": "perplexity", "mixer": "protot", "seed": 0}, result)
+    where = store.write_run(RID, payload({"windows": 4}), result)
 
     assert Path(where) == tmp_path / "store" / "runs" / RID
     assert store.has_run(RID)
     record = store.read_run(RID)
     assert record.metrics == result.metrics
     assert record.samples == result.samples
-    assert record.manifest["run_id"] == RID and record.manifest["written_at"].endswith("+00:00")
-    assert record.manifest["suite_info"] == {"windows": 4}
+    assert record.manifest.run_id == RID and record.manifest.written_at.endswith("+00:00")
+    assert record.manifest.extra == {"windows": 4} and record.manifest == RunManifest.from_json(
+        json.loads((Path(where) / "manifest.json").read_text()))
     assert record.plots == ["plots/curve.png"]
     assert store.read_bytes(RID, "plots/curve.png") == b"\x89PNG fake"
     assert store.read_run(RID, samples=False).samples == []
@@ -86,9 +104,9 @@ def test_local_round_trip(tmp_path):
 def test_non_finite_values_are_written_as_null_and_read_back_as_nan(tmp_path):
     store = ResultsStore(tmp_path)
     result = SuiteResult([Metric("ppl", math.nan, False), Metric("speed", 3.0, True, interval=Interval(1.0, math.inf, "range", None))])
-    store.write_run(RID, {"loss_curve": [1.0, math.nan, -math.inf]}, result)
+    store.write_run(RID, payload({"loss_curve": [1.0, math.nan, -math.inf]}), result)
     run_dir = tmp_path / "runs" / RID
-    assert _strict_json((run_dir / "manifest.json").read_text())["loss_curve"] == [1.0, None, None]
+    assert _strict_json((run_dir / "manifest.json").read_text())["extra"]["loss_curve"] == [1.0, None, None]
     lines = [_strict_json(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["value"] is None and lines[1]["interval"]["high"] is None
     record = store.read_run(RID)
@@ -97,21 +115,21 @@ def test_non_finite_values_are_written_as_null_and_read_back_as_nan(tmp_path):
 
 def test_existing_run_needs_force(tmp_path):
     store = ResultsStore(tmp_path)
-    store.write_run(RID, {"v": 1}, _result(1.0, samples=3))
+    store.write_run(RID, payload({"v": 1}), _result(1.0, samples=3))
     with pytest.raises(MixbenchError, match=f"{RID} already exists.*--force"):
-        store.write_run(RID, {"v": 2}, _result(2.0))
-    assert store.read_run(RID).manifest["v"] == 1
+        store.write_run(RID, payload({"v": 2}), _result(2.0))
+    assert store.read_run(RID).manifest.extra["v"] == 1
 
-    store.write_run(RID, {"v": 2}, _result(2.0, samples=0), force=True)
+    store.write_run(RID, payload({"v": 2}), _result(2.0, samples=0), force=True)
     record = store.read_run(RID)
-    assert record.manifest["v"] == 2 and record.metrics[0].value == 2.0
+    assert record.manifest.extra["v"] == 2 and record.metrics[0].value == 2.0
     assert record.samples == [] and not (tmp_path / "runs" / RID / "samples").exists()  # nothing stale survives
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [RID]  # the old copy was removed
 
 
 def test_partial_tmp_dir_is_invisible_and_cleaned(tmp_path):
     store = ResultsStore(tmp_path)
-    store.write_run(RID, {}, _result())
+    store.write_run(RID, payload({}), _result())
     crashed = tmp_path / "runs" / f".tmp-{'f' * 16}-{uuid.uuid4().hex}"
     crashed.mkdir()
     (crashed / "metrics.jsonl").write_text('{"name": "ppl", "val')
@@ -130,8 +148,8 @@ def test_folder_without_manifest_is_not_a_run_and_is_replaced(tmp_path):
     broken.mkdir(parents=True)
     (broken / "metrics.jsonl").write_text("garbage")
     assert not store.has_run(RID) and list(store.iter_runs()) == []
-    store.write_run(RID, {"v": 1}, _result())  # no --force needed: nothing complete was there
-    assert store.read_run(RID).manifest["v"] == 1
+    store.write_run(RID, payload({"v": 1}), _result())  # no --force needed: nothing complete was there
+    assert store.read_run(RID).manifest.extra["v"] == 1
 
 
 _WRITER = textwrap.dedent(
@@ -139,6 +157,7 @@ _WRITER = textwrap.dedent(
     import sys
     from harness.results import ResultsStore
     from harness.suite import Metric, SuiteResult
+    from tests.planted import payload
 
     store = ResultsStore(sys.argv[1])
     i = 0
@@ -146,7 +165,7 @@ _WRITER = textwrap.dedent(
         n = 20 + i % 30
         result = SuiteResult([Metric(f"m{j}", float(j), True) for j in range(n)],
                              samples=[{"text": "x" * 4000, "j": j} for j in range(n)])
-        store.write_run(f"{i % 5:016x}", {"n": n, "i": i}, result, force=True)
+        store.write_run(f"{i % 5:016x}", payload({"n": n, "i": i}), result, force=True)
         i += 1
         if i == 10:
             print("ready", flush=True)
@@ -173,7 +192,7 @@ def test_sigkill_mid_write_leaves_only_complete_runs(tmp_path):
         runs = list(store.iter_runs())
     assert runs, "no complete run survived"
     for run in runs:
-        assert len(run.metrics) == len(run.samples) == run.manifest["n"]
+        assert len(run.metrics) == len(run.samples) == run.manifest.extra["n"]
     store.clean_tmp(max_age_s=0)
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [r.run_id for r in runs]
 
@@ -182,14 +201,14 @@ def test_memory_store_round_trip(memory_root):
     store = ResultsStore(memory_root)
     assert list(store.iter_runs()) == [] and not store.has_run(RID)
     store.ensure_writable()
-    where = store.write_run(RID, {"suite": "glue", "api_key": "abc"}, _result())
+    where = store.write_run(RID, payload({"suite": "glue", "api_key": "abc"}), _result())
     assert where == f"{memory_root}/runs/{RID}"
     record = store.read_run(RID)
     assert record.metrics == _result().metrics and record.samples == _result().samples
-    assert record.manifest["api_key"] == REDACTED
+    assert record.manifest.extra["api_key"] == REDACTED
     with pytest.raises(MixbenchError, match="--force"):
-        store.write_run(RID, {}, _result())
-    store.write_run(RID, {"v": 2}, _result(3.0, samples=0), force=True)
+        store.write_run(RID, payload({}), _result())
+    store.write_run(RID, payload({"v": 2}), _result(3.0, samples=0), force=True)
     assert store.read_run(RID).metrics[0].value == 3.0 and store.read_run(RID).samples == []
     store.delete_run(RID)
     assert list(store.iter_runs()) == []
@@ -209,7 +228,7 @@ def test_memory_store_ignores_and_cleans_killed_writes(memory_root):
 
 def test_file_url_uses_the_local_atomic_path(tmp_path):
     store = ResultsStore(f"file://{tmp_path}")
-    assert Path(store.write_run(RID, {}, _result())) == tmp_path / "runs" / RID
+    assert Path(store.write_run(RID, payload({}), _result())) == tmp_path / "runs" / RID
     assert [r.run_id for r in ResultsStore(tmp_path).iter_runs()] == [RID]
 
 
@@ -225,7 +244,7 @@ def test_corrupt_runs_are_named_and_skipped(tmp_path):
     store = ResultsStore(tmp_path)
     good, bad_manifest, bad_metrics = "a" * 16, "b" * 16, "c" * 16
     for rid in (good, bad_manifest, bad_metrics):
-        store.write_run(rid, {}, _result())
+        store.write_run(rid, payload({}), _result())
     (tmp_path / "runs" / bad_manifest / "manifest.json").write_text('{"suite": "glue"')
     (tmp_path / "runs" / bad_metrics / "metrics.jsonl").write_text('{"name": "ppl", "value": "high"}\n[1]\n')
 
@@ -250,7 +269,7 @@ def test_invalid_run_ids_are_rejected(tmp_path):
 
 def test_delete_run(tmp_path):
     store = ResultsStore(tmp_path)
-    store.write_run(RID, {}, _result())
+    store.write_run(RID, payload({}), _result())
     store.delete_run(RID)
     assert not store.has_run(RID) and list((tmp_path / "runs").iterdir()) == []
     with pytest.raises(MixbenchError, match="nothing to delete"):
@@ -262,7 +281,7 @@ def test_missing_plot_is_skipped_with_a_warning(tmp_path):
     result = _result()
     result.plots.append(tmp_path / "gone.png")
     with pytest.warns(UserWarning, match="gone.png"):
-        store.write_run(RID, {}, result)
+        store.write_run(RID, payload({}), result)
     assert store.read_run(RID).plots == []
 
 
@@ -278,7 +297,7 @@ def test_results_path_that_is_a_file_is_a_user_error(tmp_path):
     with pytest.raises(MixbenchError, match="results directory .*results is not writable.*--results"):
         store.ensure_writable()
     with pytest.raises(MixbenchError, match=f"could not write run {RID}.*--results"):
-        store.write_run(RID, {}, _result())
+        store.write_run(RID, payload({}), _result())
     assert list(store.iter_runs()) == []
 
 
@@ -297,7 +316,7 @@ def test_unwritable_directory_is_a_user_error(tmp_path):
         with pytest.raises(MixbenchError, match="not writable.*--results"):
             store.ensure_writable()
         with pytest.raises(MixbenchError, match="could not write run.*--results"):
-            store.write_run(RID, {}, _result())
+            store.write_run(RID, payload({}), _result())
     finally:
         locked.chmod(0o700)
 
@@ -341,7 +360,7 @@ def test_secrets_never_reach_the_files(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     store = ResultsStore(tmp_path)
     result = SuiteResult([Metric("elo", 1000.0, True)], samples=[{"request": {"headers": {"api-key": secret}}}])
-    store.write_run(RID, {"judge": {"endpoint_key": secret, "api_key": secret}, "token_budget": 5}, result)
+    store.write_run(RID, payload({"judge": {"endpoint_key": secret, "api_key": secret}, "token_budget": 5}), result)
     text = "".join(p.read_text() for p in (tmp_path / "runs" / RID).rglob("*") if p.is_file())
     assert secret not in text and REDACTED in text
-    assert store.read_run(RID).manifest["token_budget"] == 5
+    assert store.read_run(RID).manifest.extra["token_budget"] == 5

@@ -54,6 +54,18 @@ def test_holm_by_hand():
     assert stats.holm([]) == ([], [])
 
 
+def test_holm_matches_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 5, 17):
+        p = np.concatenate([rng.uniform(0, 0.02, n // 2), rng.uniform(0, 1, n - n // 2)])
+        for alpha in (0.01, 0.05, 0.2):
+            reject, adjusted, _, _ = multipletests(p, alpha=alpha, method="holm")
+            ours = stats.holm(p, alpha)
+            assert ours[0] == list(reject) and ours[1] == pytest.approx(list(adjusted))
+
+
 def test_percentile_bootstrap_matches_an_independent_loop():
     rng = np.random.default_rng(1)
     x = rng.exponential(2.0, 60)

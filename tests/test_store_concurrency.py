@@ -19,6 +19,7 @@ from harness.errors import MixbenchError
 from harness.results import ResultsStore
 from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
+from tests.planted import payload
 
 RUNS_PER_WRITER = 25
 
@@ -38,10 +39,10 @@ def _write_many(root: str, writer: int, start_at: float, shared_ids: list[str]) 
     began = time.time()
     outcomes = []
     for i in range(RUNS_PER_WRITER):
-        store.write_run(f"w{writer}-{i:03d}", {"writer": writer, "i": i}, _result(writer, i))
+        store.write_run(f"w{writer}-{i:03d}", payload({"writer": writer, "i": i}), _result(writer, i))
         if i < len(shared_ids):
             try:
-                store.write_run(shared_ids[i], {"writer": writer, "i": i}, _result(writer, i))
+                store.write_run(shared_ids[i], payload({"writer": writer, "i": i}), _result(writer, i))
                 outcomes.append("wrote")
             except MixbenchError as exc:
                 outcomes.append(str(exc))
@@ -63,7 +64,7 @@ def _check_distinct_runs(store: ResultsStore) -> None:
     for writer in (1, 2):
         for i in range(RUNS_PER_WRITER):
             run = store.read_run(f"w{writer}-{i:03d}")
-            assert run.manifest["writer"] == writer and run.manifest["i"] == i
+            assert run.manifest.extra["writer"] == writer and run.manifest.extra["i"] == i
             assert [m.value for m in run.metrics] == [writer * 1000.0 + i, float(writer)]
             assert run.samples == [{"text": f"writer {writer} run {i}"}]
     files = store.list_files("nightly/shared")
@@ -80,7 +81,7 @@ def test_two_processes_writing_one_local_store_lose_nothing(tmp_path):
     _check_distinct_runs(store)
     for i, rid in enumerate(shared):
         run = store.read_run(rid)  # complete and self-consistent: metrics are the manifest's writer's
-        writer = run.manifest["writer"]
+        writer = run.manifest.extra["writer"]
         assert [m.value for m in run.metrics] == [writer * 1000.0 + i, float(writer)]
         results = [outcomes[0][i], outcomes[1][i]]
         assert results.count("wrote") == 1, results  # the other writer was told, not silently overwritten
