@@ -7,7 +7,9 @@ Three ways to get a class into a registry, all ending in the same ``register_*``
   value is a module or object whose import runs ``@register_mixer``); loaded on the first lookup;
 * ``--plugin module.path`` on the CLI, which calls :func:`load_plugins`.
 
-Unknown names raise :class:`UnknownNameError` listing what is registered and the closest match.
+Unknown names raise :class:`UnknownNameError` listing what is registered and the closest match. Registering a
+name twice is an error naming both sources unless the second registration says ``override=True``; a broken
+installed entry point is reported (a warning, and ``Registry.broken``) and skipped.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -51,20 +54,26 @@ class Registry(Generic[T]):
         self.builtin_package = builtin_package
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
+        self.broken: dict[str, str] = {}  # entry points that failed to import: name -> reason
 
-    def register(self, name: str, config: type | None = None) -> Callable[[type[T]], type[T]]:
+    def register(self, name: str, config: type | None = None, override: bool = False) -> Callable[[type[T]], type[T]]:
         config = config or EmptyConfig
         if not dataclasses.is_dataclass(config):
             raise TypeError(f"the config of {self.kind} '{name}' must be a dataclass, got {config!r}")
 
         def decorate(cls: type[T]) -> type[T]:
+            self.ensure_loaded()  # a plugin imported first must still meet the built-ins' names
+            source = f"{cls.__module__}.{cls.__qualname__}"
             existing = self._entries.get(name)
-            if existing is not None and existing.cls.__qualname__ != cls.__qualname__:
+            # The same class imported again (a module reloaded) replaces itself; anything else needs override=True,
+            # so a plugin can never silently stand in for a built-in or for another plugin.
+            if existing is not None and existing.source != source and not override:
                 raise MixbenchError(
-                    f"{self.kind} name '{name}' is already registered by {existing.source}; choose another name."
+                    f"{self.kind} name '{name}' is registered by {existing.source} and again by {source}; choose "
+                    f"another name, or register with override=True to replace it on purpose."
                 )
             cls.name = name  # type: ignore[attr-defined]
-            self._entries[name] = Entry(name, cls, config, f"{cls.__module__}.{cls.__qualname__}")
+            self._entries[name] = Entry(name, cls, config, source)
             return cls
 
         return decorate
@@ -77,11 +86,13 @@ class Registry(Generic[T]):
         for ep in importlib.metadata.entry_points(group=self.group):
             try:
                 ep.load()
-            except Exception as exc:  # a broken third-party plugin must not hide the others
-                raise MixbenchError(
-                    f"the {self.kind} plugin entry point '{ep.name} = {ep.value}' failed to import ({exc}); "
-                    f"fix or uninstall that package."
-                ) from exc
+            except Exception as exc:  # a broken third-party plugin must not hide the others: report and skip it
+                self.broken[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+                warnings.warn(
+                    f"the {self.kind} plugin entry point '{ep.name} = {ep.value}' failed to import ({exc}); it is "
+                    "skipped. Fix or uninstall that package.",
+                    stacklevel=2,
+                )
 
     def get(self, name: str) -> Entry[T]:
         self.ensure_loaded()
@@ -102,14 +113,15 @@ MIXERS: Registry = Registry("mixer", "mixbench.mixers", "mixers")
 SUITES: Registry = Registry("suite", "mixbench.suites", "suites")
 
 
-def register_mixer(name: str, config: type | None = None):
-    """Class decorator: ``@register_mixer("protot", config=ProtoTConfig)``."""
-    return MIXERS.register(name, config)
+def register_mixer(name: str, config: type | None = None, override: bool = False):
+    """Class decorator: ``@register_mixer("protot", config=ProtoTConfig)``; ``override=True`` replaces an existing
+    registration of that name on purpose (otherwise a second registration is an error)."""
+    return MIXERS.register(name, config, override)
 
 
-def register_suite(name: str, config: type | None = None):
-    """Class decorator: ``@register_suite("perplexity", config=PerplexityConfig)``."""
-    return SUITES.register(name, config)
+def register_suite(name: str, config: type | None = None, override: bool = False):
+    """Class decorator: ``@register_suite("perplexity", config=PerplexityConfig)``; see :func:`register_mixer`."""
+    return SUITES.register(name, config, override)
 
 
 def load_plugins(modules: Iterable[str]) -> None:
