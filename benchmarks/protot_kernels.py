@@ -1,72 +1,99 @@
-"""ProtoT kernels side by side: chunked vs recurrent, and the attention mixer, forward + backward.
+"""ProtoT's kernels side by side: recurrent vs chunked, against the machine's matmul peak, and the layer vs attention.
 
-Shapes from the task: B = 8, d = 256, R = 32, T in {256, 1024, 4096}. Every variant is timed in this one
-process, interleaved round-robin so machine noise hits them alike; medians are printed. Two views:
+Every number comes from one process, timed with ``harness.timing.interleaved`` (candidates alternate round by
+round; ratios are per round, then median and a bootstrap interval over rounds). Forward + backward throughout,
+B = 8, d = 256 (R = 32 prototypes, value dim 128), for each T:
 
-* ``kernel``: the prefix-mean kernel alone (where the two kernels differ), at the initial decay beta = 0.9
-  and at decays spread over [0.05, 0.99] (steep channels force shorter chunks);
-* ``layer``: the whole ProtoT mixer layer (projections included: what training pays), next to the attention
+* ``kernel``: the prefix-mean kernel alone, recurrent (the definition) and chunked at the initial decay beta = 0.9
+  ("gentle") and with decays spread over [0.05, 0.99] ("spread"), next to a dense 1024^2 fp32 matmul timed in the
+  same rounds; achieved GFLOP/s use the chunked algorithm's FLOP count (``chunked_flops``, the same for both
+  decay settings, so the fraction of peak compares time), and the fraction of peak is per round;
+* ``layer``: the whole ProtoT mixer layer (projections included) on its CPU default kernel next to the attention
   mixer (4 heads, SDPA) at the same shapes.
 
-    python benchmarks/protot_kernels.py [--repeats 5] [--lengths 256,1024,4096]
+The recurrent kernel's time does not depend on the decays (denormals are flushed), so it is timed once, at
+beta = 0.9, and both chunked settings are compared with it.
+
+    python benchmarks/protot_kernels.py [--lengths 256,1024,4096] [--repeats 5] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
+import os
 
 import torch
 
+from harness.timing import Candidate, Timings, interleaved
 from mixers.attention import Attention, AttentionConfig
 from mixers.protot import ProtoT, ProtoTConfig
-from mixers.protot_kernels import KERNELS, chunk_size
+from mixers.protot_kernels import KERNELS, chunked_flops
 
-Inputs = Callable[[], tuple[torch.Tensor, ...]]
-
-
-def time_fwd_bwd(fn: Callable[..., torch.Tensor], make_inputs: Inputs) -> float:
-    """Seconds of one forward + backward; inputs and the output gradient are built before the clock starts."""
-    inputs = make_inputs()
-    with torch.no_grad():
-        grad = torch.randn_like(fn(*inputs))
-    t0 = time.perf_counter()
-    fn(*inputs).backward(grad)
-    return time.perf_counter() - t0
+PEAK_N = 1024
 
 
-def kernel_fn(name: str, R: int, m: int) -> Callable[..., torch.Tensor]:
-    kernel = KERNELS[name]
-
-    def run(w, v, rho, log_beta):
-        B = w.shape[0]
-        return kernel(w, v, rho, log_beta, w.new_zeros(B, R, m), w.new_zeros(B, R), 1e-6)[0]
-
-    return run
+def load_average() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def kernel_inputs(B: int, T: int, R: int, m: int, betas: torch.Tensor) -> Inputs:
-    def make():
-        w = (torch.rand(B, T, R).softmax(-1) * 0.1).requires_grad_(True)
-        v = torch.randn(B, T, m, requires_grad=True)
-        rho = torch.rand(B, T, R).softmax(-1).requires_grad_(True)
-        return w, v, rho, betas.log().requires_grad_(True)
+def kernel_candidate(name: str, kernel: str, B: int, T: int, R: int, m: int, betas: torch.Tensor) -> Candidate:
+    """Forward + backward of one kernel; fresh leaf inputs (and the output gradient) are built outside the clock."""
+    fn = KERNELS[kernel]
+    gen = torch.Generator().manual_seed(T)
+    w0 = torch.rand(B, T, R, generator=gen).softmax(-1) * (1 - betas)
+    v0, rho0 = torch.randn(B, T, m, generator=gen), torch.rand(B, T, R, generator=gen).softmax(-1)
+    grad = torch.randn(B, T, m, generator=gen)
+    state = (torch.zeros(B, R, m), torch.zeros(B, R))
 
-    return make
+    def setup():
+        return [t.clone().requires_grad_(True) for t in (w0, v0, rho0, betas.log())]
+
+    def call(leaves):
+        fn(*leaves, *state, 1e-6)[0].backward(grad)
+
+    return Candidate(name, call, setup)
 
 
-def median_times(variants: dict[str, tuple[Callable, Inputs, int]], repeats: int) -> dict[str, float]:
-    """Round-robin over variants (after one warm-up each); each variant runs its own number of repeats."""
-    for fn, make, _ in variants.values():
-        time_fwd_bwd(fn, make)
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for r in range(repeats):
-        for key, (fn, make, reps) in variants.items():
-            if r < reps:
-                times[key].append(time_fwd_bwd(fn, make))
-    return {k: statistics.median(v) for k, v in times.items()}
+def layer_candidate(name: str, layer: torch.nn.Module, B: int, T: int, d: int) -> Candidate:
+    gen = torch.Generator().manual_seed(T)
+    x0, grad = torch.randn(B, T, d, generator=gen), torch.randn(B, T, d, generator=gen)
+
+    def setup():
+        layer.zero_grad(set_to_none=True)
+        return x0.clone().requires_grad_(True)
+
+    return Candidate(name, lambda x: layer(x)[0].backward(grad), setup)
+
+
+def matmul_candidate() -> Candidate:
+    a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
+    return Candidate("matmul", lambda _: a @ b)
+
+
+def fmt(ratio) -> str:
+    iv = ratio.interval
+    return f"{ratio.median:7.2f} [{iv.low:.2f}, {iv.high:.2f}]" if iv is not None else f"{ratio.median:7.2f}"
+
+
+def kernel_rows(T: int, timings: Timings, flops: float, names: list[str]) -> list[str]:
+    peak_flops = 2.0 * PEAK_N**3
+    peak = peak_flops / timings.median("matmul") / 1e9
+    rows = []
+    for name in names:
+        seconds = timings.median(name)
+        if name.startswith("chunked"):
+            achieved = flops / seconds / 1e9
+            # fraction of peak per round = (flops / t_kernel) / (peak_flops / t_matmul)
+            frac = timings.ratio("matmul", name)
+            scale = flops / peak_flops
+            iv = frac.interval
+            frac_s = f"{frac.median * scale:5.2f} [{iv.low * scale:.2f}, {iv.high * scale:.2f}]" if iv else "-"
+            speedup = fmt(timings.ratio("recurrent", name))
+            rows.append(f"{T:>6} {name:<18} {seconds * 1e3:10.1f} {achieved:9.1f} {frac_s:>18} {speedup:>24}")
+        else:
+            rows.append(f"{T:>6} {name:<18} {seconds * 1e3:10.1f} {'-':>9} {'-':>18} {'-':>24}")
+    rows.append(f"{T:>6} {'matmul peak':<18} {timings.median('matmul') * 1e3:10.1f} {peak:9.1f}")
+    return rows
 
 
 def main() -> None:
@@ -75,61 +102,44 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--prototypes", type=int, default=32)
     parser.add_argument("--lengths", default="256,1024,4096")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--recurrent-repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # as the CLI does: decayed sums must not run at denormal speed
     torch.manual_seed(0)
     B, d, R = args.batch, args.d_model, args.prototypes
     m = d // 2
-    lengths = [int(t) for t in args.lengths.split(",")]
-    betas = {"beta=0.9": torch.full((R,), 0.9), "beta in [0.05,0.99]": torch.linspace(0.05, 0.99, R)}
-    protot = {k: ProtoT(ProtoTConfig(n_prototypes=R), d, layer_idx=2, n_layers=6) for k in ("recurrent", "chunked")}
-    for k, layer in protot.items():
-        layer.load_state_dict(protot["recurrent"].state_dict())
-        layer.set_kernel(k)
+    betas = {"gentle": torch.full((R,), 0.9), "spread": torch.linspace(0.05, 0.99, R)}
+    protot = ProtoT(ProtoTConfig(n_prototypes=R), d, layer_idx=2, n_layers=6)
+    protot.set_kernel(protot.default_kernel(torch.device("cpu")))
     attention = Attention(AttentionConfig(n_heads=4), d, layer_idx=2, n_layers=6)
     attention.set_kernel("sdpa")
 
-    print(f"threads={torch.get_num_threads()} B={B} d={d} R={R}; forward+backward, median seconds "
-          f"({args.repeats} repeats, recurrent {args.recurrent_repeats})")
-    print(f"{'T':>6} {'view':<36} {'recurrent':>10} {'chunked':>9} {'rec/chunk':>10} {'attention':>10} "
-          f"{'chunk/attn':>10} {'chunk us/token':>15}")
-    per_token: dict[tuple[str, int], float] = {}
-    for T in lengths:
-        rows: dict[str, dict[str, float]] = {}
-        for label, beta in betas.items():
-            make = kernel_inputs(B, T, R, m, beta)
-            rows[f"kernel {label} (C={chunk_size(beta.log(), 64, T, 1e-6)})"] = median_times(
-                {
-                    "recurrent": (kernel_fn("recurrent", R, m), make, args.recurrent_repeats),
-                    "chunked": (kernel_fn("chunked", R, m), make, args.repeats),
-                },
-                max(args.repeats, args.recurrent_repeats),
-            )
+    print(f"ProtoT kernels, forward+backward, B={B} d={d} R={R} m={m}; {torch.get_num_threads()} threads, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}; "
+          f"load average {load_average()} at start")
+    print(f"medians of {args.repeats} interleaved rounds; [95% bootstrap intervals over rounds of per-round ratios]")
+    kernel_table = [f"{'T':>6} {'kernel':<18} {'ms':>10} {'GFLOP/s':>9} {'of matmul peak':>18} "
+                    f"{'recurrent / this':>24}"]
+    layer_table = [f"{'T':>6} {'ProtoT layer ms':>16} {'attention ms':>13} {'ProtoT / attention':>24}"]
+    for T in [int(t) for t in args.lengths.split(",")]:
+        kernels = [kernel_candidate("recurrent", "recurrent", B, T, R, m, betas["gentle"])]
+        kernels += [kernel_candidate(f"chunked {k}", "chunked", B, T, R, m, b) for k, b in betas.items()]
+        timings = interleaved([matmul_candidate(), *kernels], repeats=args.repeats)
+        kernel_table += kernel_rows(T, timings, chunked_flops(B, T, R, m, backward=True), [c.name for c in kernels])
+        kernel_table += [f"{T:>6}   note: {n}" for n in timings.notes]
 
-        def x_in() -> tuple[torch.Tensor]:
-            return (torch.randn(B, T, d, requires_grad=True),)
-
-        rows["layer (projections included)"] = median_times(
-            {
-                "recurrent": (lambda x: protot["recurrent"](x)[0], x_in, args.recurrent_repeats),
-                "chunked": (lambda x: protot["chunked"](x)[0], x_in, args.repeats),
-                "attention": (lambda x: attention(x)[0], x_in, args.repeats),
-            },
-            max(args.repeats, args.recurrent_repeats),
-        )
-        for view, med in rows.items():
-            rec, chk, attn = med["recurrent"], med["chunked"], med.get("attention")
-            per_token[(view.split(" (")[0], T)] = chk / (B * T) * 1e6
-            attn_s = f"{attn:10.4f}" if attn else f"{'-':>10}"
-            ratio_s = f"{chk / attn:10.2f}" if attn else f"{'-':>10}"
-            print(f"{T:>6} {view:<36} {rec:10.4f} {chk:9.4f} {rec / chk:10.1f} {attn_s} {ratio_s} "
-                  f"{per_token[(view.split(' (')[0], T)]:15.3f}")
-    if 1024 in lengths and 4096 in lengths:
-        for view in sorted({v for v, _ in per_token}):
-            ratio = per_token[(view, 4096)] / per_token[(view, 1024)]
-            print(f"linear cost, {view}: chunked time per token at T=4096 / T=1024 = {ratio:.2f} (bound 1.5)")
+        layers = interleaved([layer_candidate("protot", protot, B, T, d), layer_candidate("attention", attention, B, T, d)],
+                             repeats=args.repeats)
+        layer_table.append(f"{T:>6} {layers.median('protot') * 1e3:16.1f} {layers.median('attention') * 1e3:13.1f} "
+                           f"{fmt(layers.ratio('protot', 'attention')):>24}")
+        print(f"  T={T} done, load average {load_average()}", flush=True)
+    print("\n".join(kernel_table))
+    print()
+    print("\n".join(layer_table))
+    print(f"load average {load_average()} at end")
 
 
 if __name__ == "__main__":

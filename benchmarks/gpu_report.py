@@ -1,0 +1,96 @@
+"""The single summary table of ``benchmarks/gpu_check.sh``: every part's status, the parity rows, the throughput grid.
+
+Reads the folder the script wrote: ``status`` (one line per part: name, exit code, seconds), ``parity.json``
+(``benchmarks/gpu_parity.py --json``), ``pytest.xml`` (JUnit) and ``throughput.json``
+(``benchmarks/gpu_throughput.py --json``). A part that is missing or failed is reported as such; the summary
+is printed whatever is there.
+
+    python benchmarks/gpu_report.py LOG_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from gpu_throughput import table as throughput_table  # a sibling script (this folder is on sys.path)
+
+RESULT = {0: "ok", 124: "TIMED OUT", 137: "KILLED"}
+
+
+def part_rows(log: Path) -> list[str]:
+    rows = []
+    status = log / "status"
+    for line in status.read_text().splitlines() if status.exists() else []:
+        name, rc, seconds = (line.split() + ["", ""])[:3]
+        code = int(rc) if rc.lstrip("-").isdigit() else -1
+        rows.append(f"  {name:<12} {RESULT.get(code, f'FAILED (exit {code})'):<18} {seconds:>6} s")
+    return rows or ["  (no part ran)"]
+
+
+def parity_rows(log: Path) -> list[str]:
+    path = log / "parity.json"
+    if not path.exists():
+        return ["  parity: no results (see the part's output above)"]
+    data = json.loads(path.read_text())
+    rows = [f"  {'mixer':<16}{'kernel':<13}{'mode':<8}{'max rel':>10}{'tol':>8}  result   ({data.get('device')})"]
+    for r in data["rows"]:
+        if "error" in r:
+            rows.append(f"  {r['mixer']:<16}{'':<13}{r['mode']:<8}  ERROR {r['error'][:70]}")
+        else:
+            rows.append(f"  {r['mixer']:<16}{r['kernel']:<13}{r['mode']:<8}{r['max_rel']:>10.1e}{r['tolerance']:>8.0e}  "
+                        f"{'ok' if r['passed'] else 'FAIL'}")
+    n_ok = sum(bool(r.get("passed")) for r in data["rows"])
+    rows.append(f"  {n_ok}/{len(data['rows'])} comparisons within tolerance")
+    return rows
+
+
+def pytest_rows(log: Path) -> list[str]:
+    path = log / "pytest.xml"
+    if not path.exists():
+        return ["  CUDA tests: no report (see the part's output above)"]
+    suite = ET.parse(path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    rows = [f"  CUDA tests: {counts['tests']} run, {counts['failures']} failed, {counts['errors']} errors, "
+            f"{counts['skipped']} skipped"]
+    for case in suite.iter("testcase"):
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            rows.append(f"    FAIL {case.get('classname')}::{case.get('name')}: {(bad.get('message') or '')[:90]}")
+    return rows
+
+
+def throughput_rows(log: Path) -> list[str]:
+    path = log / "throughput.json"
+    if not path.exists():
+        return ["  throughput: no results (see the part's output above)"]
+    data = json.loads(path.read_text())
+    head = (f"  {data['device']}; torch {data['torch']}; preset {data['preset']}, batch {data['batch']}, "
+            f"autocast {data['dtype']}; kernels " + ", ".join(f"{m} {k}" for m, k in data["kernels"].items()))
+    return [head] + ["  " + line for line in throughput_table(data).splitlines()]
+
+
+def summary(log: Path) -> str:
+    sections = [("parts", part_rows(log)), ("parity (CUDA path vs CPU reference)", parity_rows(log)),
+                ("CUDA-only tests", pytest_rows(log)), ("throughput", throughput_rows(log))]
+    out = ["=" * 100, "GPU CHECK SUMMARY"]
+    for title, rows in sections:
+        out += [f"-- {title}", *rows]
+    out.append("=" * 100)
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python benchmarks/gpu_report.py LOG_DIR", file=sys.stderr)
+        return 2
+    print(summary(Path(args[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
