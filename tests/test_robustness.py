@@ -400,7 +400,7 @@ def test_suite_end_to_end_on_both_mixers(protot_checkpoint, attention_checkpoint
         for name, ckpt in (("protot", protot_checkpoint), ("attention", attention_checkpoint))
     }
     records = {name: store.read_run(out.run_id) for name, out in runs.items()}
-    info = {name: r.manifest["suite_info"] for name, r in records.items()}
+    info = {name: r.manifest.suite_info for name, r in records.items()}
     assert info["protot"]["pairs"]["source"] == info["attention"]["pairs"]["source"]  # built once, reused
     assert Path(info["protot"]["pairs"]["source"]).is_file()
     assert info["protot"]["pairs"]["per_slice"] == {s: 6 for s in PERTURBATIONS}
@@ -478,7 +478,7 @@ def test_repeated_pairs_are_one_cluster_and_the_file_reports_its_duplicate_rate(
     printed = capsys.readouterr().err
     assert "bench10.jsonl: 60 lines, 6 unique pairs (duplicate rate 90.0%" in printed and "synonym 3/30" in printed
     assert "bench1.jsonl: 6 lines, 6 unique pairs (duplicate rate 0.0%" in printed
-    dup = records[10].manifest["suite_info"]["pairs"]["duplicates"]
+    dup = records[10].manifest.suite_info["pairs"]["duplicates"]
     assert dup["total"]["duplicate_rate"] == 0.9 and dup["per_slice"]["typo"] == {"lines": 20, "unique": 2,
                                                                                   "duplicate_rate": 0.9}
     once, ten = ({m.name: m for m in r.metrics} for r in (records[1], records[10]))
@@ -518,8 +518,8 @@ def test_suite_scores_a_user_pair_file(attention_checkpoint, tmp_path):
     record = store.read_run(out.run_id)
     names = {m.name for m in record.metrics}
     assert {"jsd_final/synonym", "jsd_final/morphology", "jsd_final/gender", "jsd_final/mean"} <= names
-    assert record.manifest["suite_info"]["robustness_slices"] == ["synonym", "morphology"]
-    assert record.manifest["suite_info"]["sensitivity_slices"] == ["gender"]
+    assert record.manifest.suite_info["robustness_slices"] == ["synonym", "morphology"]
+    assert record.manifest.suite_info["sensitivity_slices"] == ["gender"]
     with pytest.raises(ConfigError, match="does not exist"):
         evaluate(
             attention_checkpoint, "robustness", store, {"pairs_file": str(tmp_path / "nope.jsonl")}, progress=False
