@@ -1,0 +1,261 @@
+"""The ``synthetic`` suite: zoology's MQAR and MAD-lab's six tasks, trained from scratch per mixer; accuracy with
+Wilson intervals against decode state size (docs/synthetic.md).
+
+For each task setting the suite generates seeded train / validation / test splits, trains a small model of the
+mixer on the training split for each (learning rate, weight decay) of the grid, keeps the best by validation
+accuracy and reports its test accuracy at the target positions. Metrics, per setting ``S`` of task ``K``:
+
+* ``K/S/acc`` - test accuracy (role ``score``), Wilson interval over target positions, per-example items,
+  ``chance`` = 1 / |tokens a target can be|, ``perfect`` = 1;
+* ``K/S/state_floats`` - the model's decode state after the setting's input length (:meth:`Mixer.state_size`
+  summed over layers; attention's KV cache grows with the length), role ``diagnostic``;
+* ``K/S/extrap_xF_acc`` - MQAR's first setting tested at F times its length, for mixers that declare
+  ``length_extrapolation`` (diagnostic: it exists for some mixers only; named off the ``*/acc`` headline);
+
+and per task ``K/avg`` (``K/avg_3of5`` on part of a grid): the MAD score, the mean over the task's settings,
+role ``diagnostic`` so that no setting votes twice on the board (docs/synthetic.md, "Votes").
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from harness.config import BackboneConfig, ModelSpec, as_tuple, to_dict
+from harness.errors import ConfigError
+from harness.registry import MIXERS, register_suite
+from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from suites.synthetic import site
+from suites.synthetic.data import torch_seed
+from suites.synthetic.plots import plot_accuracy_vs_state
+from suites.synthetic.site import PLOT_NAME
+from suites.synthetic.scoring import ExampleScores, accuracy_metric, average_metric, item_ids, score_split
+from suites.synthetic.tasks import TASKS, TaskSpec, get_task, parse_settings
+from suites.synthetic.train import TrainSettings, sweep
+
+GRIDS = ("base", "full")
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """What runs and how it trains. The defaults are sized for a 2-core CPU; docs/synthetic.md says why each is
+    what it is and how it relates to zoology's and MAD's protocols."""
+
+    tasks: tuple[str, ...] = tuple(TASKS)  # tasks to run, in order
+    grid: str = "base"  # base: MQAR (64,4) (128,8) (256,16) and each MAD baseline; full: MAD's sweep, zoology's 5
+    settings: str = ""  # replaces the grid of the tasks it names: "mqar:seq_len=64,num_kv_pairs=4;compression:"
+    d_model: int = 64  # width of the trained models
+    n_layers: int = 2  # depth of the trained models
+    batch_size: int = 32  # training batch (examples)
+    max_steps: int = 1000  # optimizer steps per training run at most
+    eval_every: int = 50  # steps between validation passes (and early-stop checks)
+    stop_accuracy: float = 0.99  # validation accuracy that ends a run and the sweep (zoology's threshold)
+    lrs: tuple[float, ...] = (3e-3, 1e-3)  # learning rates tried, in order
+    weight_decays: tuple[float, ...] = (0.1,)  # weight decays tried with each learning rate
+    warmup_frac: float = 0.05  # linear warm-up, then cosine decay to 10% of the peak
+    grad_clip: float = 1.0  # gradient-norm clip
+    valid_examples: int = 256  # examples of the validation split (sweep choice, early stop)
+    test_examples: int = 1000  # examples of the test split (reported accuracy)
+    eval_batch_size: int = 128  # batch of validation and test passes
+    extrapolation: tuple[int, ...] = (2, 4)  # MQAR's first setting tested at these multiples of its length
+    data_seed: int = 0  # seed of every generated split (the model seed is the run's)
+    confidence: float = 0.95  # level of the Wilson intervals
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", as_tuple(self.tasks, str, "synthetic: tasks"))
+        object.__setattr__(self, "lrs", as_tuple(self.lrs, float, "synthetic: lrs"))
+        object.__setattr__(self, "weight_decays", as_tuple(self.weight_decays, float, "synthetic: weight_decays"))
+        object.__setattr__(self, "extrapolation", as_tuple(self.extrapolation, int, "synthetic: extrapolation"))
+        if not self.tasks:
+            raise ConfigError("synthetic: tasks must name at least one task.")
+        for name in self.tasks:
+            get_task(name)
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ConfigError(f"synthetic: tasks lists a task twice: {', '.join(self.tasks)}.")
+        if self.grid not in GRIDS:
+            raise ConfigError(f"synthetic: grid must be one of {', '.join(GRIDS)}, got '{self.grid}'.")
+        for name in ("d_model", "n_layers", "batch_size", "max_steps", "eval_every", "valid_examples",
+                     "test_examples", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"synthetic: {name} must be a positive integer, got {value!r}.")
+        if not self.lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
+            raise ConfigError(f"synthetic: lrs must be positive learning rates, got {self.lrs}.")
+        if not self.weight_decays or any(not (wd >= 0 and math.isfinite(wd)) for wd in self.weight_decays):
+            raise ConfigError(f"synthetic: weight_decays must be >= 0, got {self.weight_decays}.")
+        if not 0 < self.stop_accuracy <= 1:
+            raise ConfigError(f"synthetic: stop_accuracy must be in (0, 1], got {self.stop_accuracy}.")
+        if not 0 <= self.warmup_frac < 1 or not self.grad_clip > 0:
+            raise ConfigError("synthetic: warmup_frac must be in [0, 1) and grad_clip positive.")
+        if any(f < 2 for f in self.extrapolation):
+            raise ConfigError(f"synthetic: extrapolation factors must be integers >= 2, got {self.extrapolation}.")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"synthetic: confidence must be in [0.5, 1), got {self.confidence}.")
+        stray = sorted(set(parse_settings(self.settings)) - set(self.tasks))
+        if stray:
+            raise ConfigError(f"synthetic: settings name {', '.join(stray)}, which tasks does not include.")
+        self.plan()  # every setting builds (its own config validates it)
+
+    def plan(self) -> list[tuple[TaskSpec, Any]]:
+        """(task, setting config) pairs in run order."""
+        custom = parse_settings(self.settings)
+        out = []
+        for name in self.tasks:
+            task = get_task(name)
+            configs = [task.make(o) for o in custom[name]] if name in custom else task.settings(self.grid)
+            labels = [task.label(c) for c in configs]
+            if len(set(labels)) != len(labels):
+                raise ConfigError(f"synthetic: task {name} lists one setting twice ({', '.join(labels)}).")
+            out += [(task, c) for c in configs]
+        return out
+
+    def grid_points(self) -> list[tuple[float, float]]:
+        return [(lr, wd) for lr in self.lrs for wd in self.weight_decays]
+
+    def train_settings(self) -> TrainSettings:
+        return TrainSettings(self.batch_size, self.max_steps, self.eval_every, self.stop_accuracy, self.warmup_frac,
+                             self.grad_clip, self.eval_batch_size)
+
+
+@dataclass
+class SettingResult:
+    """What one trained setting contributes to the metrics and the plot."""
+
+    task: TaskSpec
+    config: Any
+    label: str
+    scores: ExampleScores
+    ids: tuple[str, ...]
+    metrics: list[Metric]
+    info: dict[str, Any]
+
+
+@register_suite("synthetic", config=SyntheticConfig)
+class Synthetic(Suite):
+    version: ClassVar[int] = 1
+    scope: ClassVar[str] = "mixer"
+    headline: ClassVar[tuple[str, ...]] = ("mqar/*/acc", "*/acc", "*/avg", "*/avg_*of*")
+    #: MQAR at (64, 4) and (128, 8) plus in-context recall and memorization, small and with one learning rate:
+    #: measured at about 2 minutes for the four paper mixers on a 2-core CPU (docs/synthetic.md, "Quickstart")
+    quickstart: ClassVar[dict[str, Any] | None] = {
+        "tasks": ("mqar", "in-context-recall", "memorization"),
+        "settings": "mqar:seq_len=64,num_kv_pairs=4,num_train_examples=4000;"
+                    "mqar:seq_len=128,num_kv_pairs=8,num_train_examples=4000;"
+                    "in-context-recall:seq_len=64,num_train_examples=2000;"
+                    "memorization:num_train_examples=256",
+        "d_model": 32, "max_steps": 150, "eval_every": 25, "lrs": (3e-3,), "valid_examples": 64,
+        "test_examples": 200, "extrapolation": (2,),
+    }
+
+    def run(self, model, ctx: SuiteContext) -> SuiteResult:
+        """From a checkpoint: train fresh models of the checkpoint's mixer and config (its weights are not used;
+        these tasks need models trained on them)."""
+        result = self.run_mixer(model.spec.mixer, dict(model.spec.mixer_config), ctx)
+        result.info["from_checkpoint"] = "the checkpoint's mixer and config; its weights are not used"
+        return result
+
+    def run_mixer(self, mixer: str, mixer_config: dict[str, Any], ctx: SuiteContext) -> SuiteResult:
+        cfg: SyntheticConfig = self.cfg
+        entry = MIXERS.get(mixer)
+        entry.make_config(mixer_config)  # a bad mixer config fails before any data is generated
+        extrapolates = bool(getattr(entry.cls, "length_extrapolation", False))
+        device = torch.device(ctx.device)
+        work = Path(ctx.work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        t_start = time.perf_counter()
+        plan = cfg.plan()
+        results: list[SettingResult] = []
+        for i, (task, setting) in enumerate(plan, 1):
+            if ctx.progress:
+                print(f"synthetic {mixer}: [{i}/{len(plan)}] {task.name}/{task.label(setting)}", file=sys.stderr,
+                      flush=True)
+            first_mqar = task.name == "mqar" and not any(r.task.name == "mqar" for r in results)
+            results.append(self._run_setting(mixer, mixer_config, task, setting, ctx, device,
+                                             extrapolate=first_mqar and extrapolates))
+        metrics = [m for r in results for m in r.metrics] + self._averages(results)
+        plot = plot_accuracy_vs_state(
+            [{"mixer": mixer, "task": r.task.name, "label": r.label, "accuracy": r.scores.accuracy,
+              "low": r.metrics[0].ci_low, "high": r.metrics[0].ci_high, "state_floats": r.info["state_floats"],
+              "chance": r.info["chance"]} for r in results],
+            work / PLOT_NAME, title=f"synthetic: {mixer}",
+        )
+        info = {
+            "mixer": mixer, "mixer_config": to_dict(mixer_config), "config": to_dict(cfg),
+            "length_extrapolation": extrapolates, "device": str(device), "torch_threads": torch.get_num_threads(),
+            "settings": [r.info for r in results], "wall_s": round(time.perf_counter() - t_start, 2),
+        }
+        return SuiteResult(metrics=metrics, plots=[plot], info=info)
+
+    # ------------------------------------------------------------------------------------------- one setting
+    def _run_setting(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any,
+                     ctx: SuiteContext, device: torch.device, extrapolate: bool) -> SettingResult:
+        cfg: SyntheticConfig = self.cfg
+        t0 = time.perf_counter()
+        label = task.label(setting)
+        train = task.split(setting, cfg.data_seed, "train", task.train_examples(setting))
+        valid = task.split(setting, cfg.data_seed, "valid", cfg.valid_examples)
+        test = task.split(setting, cfg.data_seed, "test", cfg.test_examples)
+        backbone = BackboneConfig(cfg.d_model, cfg.n_layers, test.seq_len, setting.vocab_size)
+        spec = ModelSpec(mixer, dict(mixer_config), backbone)
+        key = (task.name, to_dict(setting), int(ctx.seed))
+        best, tries = sweep(spec, task.head, train, valid, cfg.grid_points(), cfg.train_settings(),
+                            torch_seed("init", *key), torch_seed("order", *key), device,
+                            f"{mixer} {task.name}/{label}", ctx.progress)
+        scores = score_split(best.model.predict, test, cfg.eval_batch_size, device)
+        ids = item_ids(test.fingerprint(), len(test))
+        chance = task.chance(setting)
+        state = int(best.model.lm.state_size(test.seq_len))
+        prefix = f"{task.name}/{label}"
+        metrics = [
+            accuracy_metric(f"{prefix}/acc", scores, ids, chance, cfg.confidence),
+            Metric(f"{prefix}/state_floats", float(state), False, unit="floats/sequence"),
+        ]
+        extrap: dict[str, Any] = {}
+        if extrapolate:
+            for factor in cfg.extrapolation:
+                longer = type(setting)(**{**to_dict(setting), "seq_len": setting.seq_len * factor})
+                data = task.split(longer, cfg.data_seed, "test", cfg.test_examples)
+                ex_scores = score_split(best.model.predict, data, cfg.eval_batch_size, device)
+                ex = accuracy_metric(f"{prefix}/extrap_x{factor}_acc", ex_scores, item_ids(data.fingerprint(), len(data)),
+                                     chance, cfg.confidence, role="diagnostic")
+                metrics.append(ex)
+                extrap[f"x{factor}"] = {"seq_len": data.seq_len, "accuracy": ex.value,
+                                        "state_floats": int(best.model.lm.state_size(data.seq_len))}
+        info = {
+            "task": task.name, "label": label, "config": to_dict(setting), "source": task.source,
+            "train_examples": len(train), "valid_examples": len(valid), "test_examples": len(test),
+            "input_length": test.seq_len, "targets": scores.n_targets, "accuracy": scores.accuracy,
+            "chance": chance, "state_floats": state, "parameters": best.model.lm.num_parameters(),
+            "chosen": best.summary(), "tries": tries, "history": best.history,
+            "test_fingerprint": test.fingerprint(), "wall_s": round(time.perf_counter() - t0, 2),
+        }
+        if extrap:
+            info["extrapolation"] = extrap
+        return SettingResult(task, setting, label, scores, ids, metrics, info)
+
+    def _averages(self, results: list[SettingResult]) -> list[Metric]:
+        cfg: SyntheticConfig = self.cfg
+        out = []
+        for name in cfg.tasks:
+            mine = [r for r in results if r.task.name == name]
+            if not mine:
+                continue
+            task = get_task(name)
+            reference = {task.label(c) for c in task.settings(cfg.grid)}
+            ran = {r.label for r in mine}
+            metric = "avg" if ran == reference else f"avg_{len(ran & reference)}of{len(reference)}"
+            if not ran <= reference:
+                metric = f"avg_custom{len(ran)}"
+            chance = sum(r.info["chance"] for r in mine) / len(mine)
+            out.append(average_metric(f"{name}/{metric}", [(r.scores, r.ids) for r in mine], chance, cfg.confidence))
+        return out
+
+    @classmethod
+    def site_section(cls, runs, kit) -> str:
+        return site.site_section(runs, kit)
