@@ -5,10 +5,11 @@ tokens and top contexts, the activating token marked with [[ ]], in a fixed repl
     DISENTANGLEMENT: <0-10>   how much the contexts share one specific concept (10: all of them, one concept)
     COVERAGE: <0-10>          how much of the contexts the best one-phrase description explains (10: all)
     THEMES: <integer>         how many distinct themes the contexts show
-The judge is any ``ask(prompt) -> reply`` callable. :func:`endpoint_asker` builds one on the judge suite's
-client (:class:`suites.judge.client.JudgeClient`: retries, backoff) and its on-disk cache
-(:class:`suites.judge.cache.JudgeCache`, keyed by judge model, this template's hash and the prompt), with the
-built-in local judge when ``judge_url`` is "local". A reply that does not parse gives no score for that unit.
+The judge is any ``ask(prompt) -> reply`` callable. :func:`endpoint_asker` builds one on the shared LLM-judge
+client (:class:`harness.llm_judge.JudgeClient`: retries, backoff, replies redacted of the key) and its on-disk
+cache (:class:`harness.llm_judge.ReplyCache`, keyed by judge model, this template's hash and the prompt), with the
+built-in local judge (:class:`harness.llm_judge.LocalJudge`) when ``judge_url`` is "local". A reply that does not
+parse gives no score for that unit.
 """
 
 from __future__ import annotations
@@ -63,36 +64,36 @@ def judge_profiles(profiles: list[UnitProfile], ask: Callable[[str], str]) -> in
 
 @contextlib.contextmanager
 def endpoint_asker(url: str, model: str, progress: bool) -> Iterator[Callable[[str], str]]:
-    """An ``ask`` on the judge suite's client and cache; ``url == "local"`` starts the built-in local judge."""
-    from suites.judge.cache import JudgeCache, verdict_key
-    from suites.judge.client import (
+    """An ``ask`` on the shared LLM-judge client and cache; ``url == "local"`` starts the built-in local judge."""
+    from harness.llm_judge import (
         EndpointConfig,
         JudgeCallFailed,
         JudgeClient,
+        LocalJudge,
+        ReplyCache,
         check_reachable,
+        reply_key,
     )
 
     with contextlib.ExitStack() as stack:
         if url == "local":
-            from suites.judge.server import LocalJudge
-
             endpoint = stack.enter_context(LocalJudge(progress=progress))
         else:
             endpoint = EndpointConfig(url, model)
             check_reachable(endpoint)
         client = JudgeClient(endpoint)
-        cache = stack.enter_context(JudgeCache())
+        cache = stack.enter_context(ReplyCache())
 
         def ask(text: str) -> str:
-            key = verdict_key(endpoint.model, TEMPLATE_HASH, text, "", "")
+            key = reply_key(endpoint.model, TEMPLATE_HASH, "text", text)
             cached = cache.get(key)
             if cached is not None:
-                return cached
+                return cached.text
             try:
-                reply = client.ask([{"role": "user", "content": text}], temperature=0.0, max_tokens=48)
+                reply = client.complete([{"role": "user", "content": text}], temperature=0.0, max_tokens=48)
             except JudgeCallFailed:
                 return ""
-            cache.put(key, endpoint.model, TEMPLATE_HASH, reply)
-            return reply
+            cache.put(key, endpoint.model, TEMPLATE_HASH, "text", reply)
+            return reply.text
 
         yield ask

@@ -6,39 +6,46 @@ Two steps, because a suite's ``run()`` sees one model and a preference needs two
    the shared prompt set and stores them, with the decoding settings and seed, as the run's samples.
 2. Rating (:func:`suites.judge.arena.judge_runs`, ``mixbench judge``) reads the generation runs of all mixers at
    a preset, judges each pair on each prompt in both orders through an OpenAI-compatible endpoint (cached on
-   disk), fits Bradley–Terry ratings and writes one ``judge-rating`` run per mixer: Elo centred at 1000 with
-   bootstrap CIs, length-controlled Elo, win rates (overall and per opponent), and the judge's position bias,
-   inconsistency, unparsable and failure rates and its agreement on the gold canaries.
+   disk), and writes one rating run (kind ``aggregate``) per mixer. Each presentation is scored by the judge's
+   P(A) - P(B) over the verdict tokens when the server returns log-probabilities (else by its text verdict,
+   recorded as such); a pair's preference is the mean over both orders, which cancels a constant position bias; Bradley–Terry
+   ratings are fitted to the soft preferences (Elo centred at 1000, bootstrap intervals over prompts, a
+   length-controlled Elo, win rates). The judge's reliability is measured on 40 gold canary pairs (agreement with
+   a Wilson interval), by swap consistency and by its position bias; when the canary interval includes chance the
+   ratings are marked unreliable (shown, never voting). See docs/judge.md.
 
 ``Suite.aggregate`` runs step 2 after ``mixbench eval`` and once at the end of a grid, so as soon as two mixers'
-generations are in the store they are rated. The judge there is the local default (SmolLM2-135M-Instruct, a
-weak judge: fine for an offline smoke run, not for conclusions) unless MIXBENCH_JUDGE_URL and
-MIXBENCH_JUDGE_MODEL name another; ``mixbench judge --judge-url ... --judge-model ...`` rates with any judge.
+generations are in the store they are rated. The judge there is the local default (SmolLM2-135M-Instruct on
+llama.cpp's server, :mod:`harness.llm_judge`; a weak judge: fine for an offline smoke run, not for conclusions)
+unless MIXBENCH_JUDGE_URL and MIXBENCH_JUDGE_MODEL name another; ``mixbench judge --judge-url ... --judge-model
+...`` (this suite's CLI command) rates with any judge.
 
 Public API: :class:`JudgeConfig` / :class:`Judge` (the suite), :class:`ArenaConfig` / :func:`judge_runs` /
-:func:`find_pools` (rating), :class:`JudgeClient` / :class:`EndpointConfig` (the client), :class:`JudgeCache`,
-:func:`fit_bradley_terry` / :func:`rate` / :class:`Games` (ratings), :func:`parse_verdict`, :class:`LocalJudge`.
+:func:`find_pools` (rating), :func:`fit_bradley_terry` / :func:`rate` / :class:`Games` (ratings),
+:func:`parse_verdict` / :func:`presentation_score` (verdicts), :data:`CANARIES`; the client, cache and local
+server are :mod:`harness.llm_judge`'s.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from harness.config import to_dict
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import register_suite
-from harness.suite import Metric, Suite, SuiteContext, SuiteResult
-from suites.judge.arena import ArenaConfig, ArenaResult, judge_runs
-from suites.judge.cache import JudgeCache
-from suites.judge.client import EndpointConfig, JudgeCallFailed, JudgeClient
+from harness.suite import Metric, SiteKit, Suite, SuiteCommand, SuiteContext, SuiteResult
+from suites.judge.arena import SUITE_VERSION, ArenaConfig, ArenaResult, judge_runs
+from suites.judge.canaries import CANARIES
+from suites.judge.command import JUDGE_COMMAND
 from suites.judge.generation import Decoding, corpus_prompts, distinct_bigrams, file_prompts, generate, generation_key
 from suites.judge.pools import find_pools
-from suites.judge.prompts import CANARIES, Template, parse_verdict
+from suites.judge.prompts import Template, parse_verdict
 from suites.judge.ratings import Games, fit_bradley_terry, rate
 from suites.judge.records import HEADLINE
-from suites.judge.server import LocalJudge
+from suites.judge.site import site_section
+from suites.judge.verdicts import presentation_score
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,16 @@ class JudgeConfig:
 
 @register_suite("judge", config=JudgeConfig)
 class Judge(Suite):
+    version: ClassVar[int] = SUITE_VERSION  # 2: probability verdicts, soft preferences, 40 canaries, the gate
     headline: ClassVar[tuple[str, ...]] = HEADLINE  # the rating runs' metrics; generation stats stay off the table
+    # 4 prompts x 6 pairs x 2 orders + 40 canaries x 2 = 128 calls, ~0.3 s each on the local judge
+    quickstart: ClassVar[dict[str, Any] | None] = {"n_prompts": 4}
+    commands: ClassVar[tuple[SuiteCommand, ...]] = (JUDGE_COMMAND,)
+
+    @classmethod
+    def site_section(cls, runs, kit: SiteKit) -> str:
+        """Judge reliability, ratings, canaries and judged pairs per pool (:mod:`suites.judge.site`)."""
+        return site_section(runs, kit)
 
     def validate(self, model) -> None:
         if self.cfg.max_new_tokens + 2 > model.config.context:
@@ -112,7 +128,6 @@ class Judge(Suite):
 
 
 __all__ = [
-    "ArenaConfig", "ArenaResult", "CANARIES", "EndpointConfig", "Games", "Judge", "JudgeCache", "JudgeCallFailed",
-    "JudgeClient", "JudgeConfig", "LocalJudge", "Template", "find_pools", "fit_bradley_terry", "judge_runs",
-    "parse_verdict", "rate",
+    "ArenaConfig", "ArenaResult", "CANARIES", "Games", "Judge", "JudgeConfig", "Template", "find_pools",
+    "fit_bradley_terry", "judge_runs", "parse_verdict", "presentation_score", "rate",
 ]  # fmt: skip

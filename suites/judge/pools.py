@@ -1,9 +1,10 @@
 """Which generations are rated together: *pools* of generation runs in the results store.
 
-A pool is the newest ``judge`` generation run of each mixer at one (preset, training seed, generation key); the
-generation key hashes the prompt texts and decoding settings, so only continuations of the same prompts made
-the same way are ever compared. Training seeds are separate pools: each gives its own ratings, and the
-leaderboard aggregates them across seeds like any other metric.
+A pool is the newest ``judge`` generation run of each board row (a model: the mixer and whatever of its config
+differs from the defaults) at one (preset, training seed, generation key); the generation key hashes the prompt
+texts and decoding settings, so only continuations of the same prompts made the same way are ever compared.
+Training seeds are separate pools: each gives its own ratings, and the board averages them across seeds like any
+other metric. A player is named by the board's label of its model (``protot``, ``protot (n_prototypes=4)``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Pool:
     preset: str
     seed: Any
     generation_key: str
-    runs: dict[str, RunRecord]  # mixer -> its newest generation run
+    runs: dict[str, RunRecord]  # player (the model's board label) -> its newest generation run
 
     @property
     def label(self) -> str:
@@ -37,7 +38,11 @@ class Pool:
 
 def is_generation_run(run: RunRecord) -> bool:
     m = run.manifest
-    return m.get("suite") == "judge" and m.get("kind") == "eval" and "generation_key" in (m.get("suite_info") or {})
+    return m.suite == "judge" and m.kind == "suite" and "generation_key" in m.suite_info
+
+
+def player(run: RunRecord) -> str:
+    return run.manifest.subject.label
 
 
 def find_pools(store: ResultsStore, preset: str | None = None,
@@ -46,13 +51,13 @@ def find_pools(store: ResultsStore, preset: str | None = None,
     groups: dict[tuple, dict[str, RunRecord]] = {}
     for run in store.iter_runs(samples=True):
         m = run.manifest
-        if not is_generation_run(run) or (preset is not None and m.get("preset") != preset):
+        if not is_generation_run(run) or (preset is not None and m.subject.preset != preset):
             continue
-        if suite_config is not None and m.get("suite_config") != suite_config:
+        if suite_config is not None and m.suite_config != suite_config:
             continue
-        key = (str(m.get("preset")), m.get("seed"), m["suite_info"]["generation_key"])
-        mixers = groups.setdefault(key, {})
-        older = mixers.get(m.get("mixer"))
-        if older is None or str(older.manifest.get("written_at")) < str(m.get("written_at")):
-            mixers[m.get("mixer")] = run
+        key = (str(m.subject.preset), m.subject.seed, m.suite_info["generation_key"])
+        players = groups.setdefault(key, {})
+        older = players.get(player(run))
+        if older is None or older.manifest.written_at < m.written_at:
+            players[player(run)] = run
     return [Pool(p, s, g, dict(sorted(r.items()))) for (p, s, g), r in sorted(groups.items(), key=str)]

@@ -1,9 +1,10 @@
-"""What the judge is asked, how its reply is read, and the gold pairs that watch it for drift.
+"""What the judge is asked and how a text reply is read (the gold canaries are in :mod:`suites.judge.canaries`).
 
 The template is a system message, a few worked examples as earlier chat turns, then the question. The examples
 are there for small local judges, which otherwise answer in prose; a strong judge ignores them at no cost. The
-template's hash (every message and the decoding settings) is part of each cache key, so editing the wording
-never reuses verdicts given to another wording.
+template's hash (every message and the decoding settings, the number of log-probability alternatives included)
+is part of each cache key, so editing the wording never reuses verdicts given to another wording. The examples'
+answers are a bare token (A or B), which also puts the verdict token first for probability verdicts.
 
 The parser is tolerant because judges are sloppy: it reads a JSON object ({"verdict": "A"}), FastChat's
 ``[[A]]`` / ``[[B]]`` / ``[[C]]`` (C = tie), a labelled answer ("Verdict: B", "The better continuation is A"),
@@ -49,6 +50,7 @@ class Template:
     examples: tuple[tuple[str, str, str, str], ...] = EXAMPLES
     temperature: float = 0.0
     max_tokens: int = 16
+    top_logprobs: int = 20  # alternatives per generated token in probability mode (the OpenAI API's maximum)
 
     def messages(self, prefix: str, a: str, b: str) -> list[dict[str, str]]:
         out = [{"role": "system", "content": self.system}]
@@ -61,7 +63,7 @@ class Template:
     def hash(self) -> str:
         return content_hash(
             {"system": self.system, "examples": self.examples, "question": question("{p}", "{a}", "{b}"),
-             "temperature": self.temperature, "max_tokens": self.max_tokens}
+             "temperature": self.temperature, "max_tokens": self.max_tokens, "top_logprobs": self.top_logprobs}
         )
 
 
@@ -109,30 +111,3 @@ def parse_verdict(reply: str | None) -> Verdict | None:
     if _TIE.search(text):
         return "tie"
     return None
-
-
-@dataclass(frozen=True)
-class Canary:
-    """A gold pair: an obviously good continuation and garbage; any sane judge prefers ``good``."""
-
-    id: str
-    prefix: str
-    good: str
-    bad: str
-
-
-# Written for this project; the bad side is word salad, a stuck repetition or letter noise.
-CANARIES: tuple[Canary, ...] = (
-    Canary("c1", "The river rose all night, and by morning", "the water had reached the doors of the mill.",
-           "morning morning the the river river , , and night"),
-    Canary("c2", "When the bell rang at noon, the children", "ran out into the yard to play.",
-           "the the the the the the the the the the"),
-    Canary("c3", "He folded the map, put it in his pocket, and", "set off down the road toward the village.",
-           "qzx vlorp ttk mmn aeiou brr plk wq"),
-    Canary("c4", "The new bridge was finished in the spring, and", "people crossed it on foot for the first time.",
-           "spring finished and bridge new the was in , ,"),
-    Canary("c5", "Our neighbours keep bees, so every summer", "we get a jar of honey from them.",
-           "summer every summer every summer every summer every"),
-    Canary("c6", "The doctor listened to his chest and said", "that he should rest for a few days.",
-           "doctor chest his listened and and and said said ."),
-)

@@ -1,23 +1,31 @@
-"""Who is compared with whom, in which order, and how two verdicts become one outcome (FastChat's pairwise mode).
+"""Who is compared with whom, in which order, and how two presentations become one preference.
 
 * Pairs: every pair of mixers on every shared prompt, or each mixer against one baseline.
 * Both orders: each comparison is shown twice, once with each output as A. Which order is asked first is a coin
-  seeded by (seed, prompt, pair), so in a run that stops half way the verdicts it has are not all from one
-  position. The outcome needs both verdicts: equal verdicts decide; any disagreement (a win against a tie, or a
-  win for each side) is a tie. A comparison missing a verdict (failed or unparsable call) is left out of the
-  ratings and counted; the verdicts it has stay cached, so the next run completes it.
-* Position bias: the share of complete comparisons where the judge picked the same *slot* (A, A or B, B) in
-  both orders, i.e. the verdict followed the position and not the text.
+  seeded by (seed, prompt, pair), so in a run that stops half way the verdicts it has are not all from one position.
+* A presentation's *score* is the judge's P(A) - P(B) in [-1, 1] (:mod:`suites.judge.verdicts`): from the
+  probabilities of the verdict tokens when the server gives them, else +1 / -1 / 0 for a text verdict A / B / tie.
+* The *preference* for ``left`` is the mean of its advantage over both orders,
+  ``(score(left as A) - score(left as B)) / 2``. A judge whose scores carry a constant position offset ``c`` (it
+  adds ``c`` to every P(A) - P(B)) adds ``+c`` to both presentations, and the difference cancels it: a judge that
+  only follows position gives preference 0, a tie, by construction. The soft outcome ``(1 + preference) / 2`` is
+  what the ratings fit. In text mode this reproduces FastChat's rule where both orders agree (win, loss or tie) and
+  makes a win against a tie three quarters of a win, a win for each side a tie.
+* Swap consistency: the share of complete comparisons whose verdict survives the swap, i.e. the same output is
+  favoured (or neither) in both presentations. Position bias: the share where the judge favoured the same *slot*
+  (A twice or B twice), following the position and not the text.
+* A comparison missing a presentation (failed call, unreadable reply) is left out of the ratings and counted; the
+  reply it has stays cached, so the next run completes it.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import dataclass
 
 from harness.config import content_hash
-from suites.judge.prompts import Verdict
 
 
 @dataclass(frozen=True)
@@ -62,77 +70,81 @@ def make_comparisons(outputs: dict[str, dict[str, str]], prompts: dict[str, str]
     ]
 
 
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def pair_preference(score_first_as_a: float, score_first_as_b: float) -> float:
+    """The preference for the first output from the scores (P(A) - P(B)) of the presentation showing it as A and
+    of the one showing it as B: the mean of its advantage over both orders."""
+    return (score_first_as_a - score_first_as_b) / 2.0
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """A comparison's two verdicts (by presentation: left shown as A, left shown as B) and what they add up to."""
+    """A comparison's two presentation scores (P(A) - P(B); None where missing) and what they add up to."""
 
     comparison: Comparison
-    left_as_a: Verdict | None
-    left_as_b: Verdict | None
+    left_as_a: float | None
+    left_as_b: float | None
 
     @property
     def complete(self) -> bool:
         return self.left_as_a is not None and self.left_as_b is not None
 
     @property
-    def winners(self) -> tuple[str | None, str | None]:
-        """Each verdict translated to "left" / "right" / "tie" (None where missing)."""
-        first = {"A": "left", "B": "right", "tie": "tie"}.get(self.left_as_a or "")
-        second = {"A": "right", "B": "left", "tie": "tie"}.get(self.left_as_b or "")
-        return first, second
+    def preference(self) -> float | None:
+        """Left's preference in [-1, 1] (0: no preference, or only a position effect); None when incomplete."""
+        if not self.complete:
+            return None
+        return pair_preference(self.left_as_a, self.left_as_b)  # type: ignore[arg-type]
 
     @property
     def score(self) -> float | None:
-        """Left's score: 1 win, 0 loss, 0.5 tie or disagreement; None when incomplete."""
-        if not self.complete:
-            return None
-        first, second = self.winners
-        if first != second or first == "tie":
-            return 0.5
-        return 1.0 if first == "left" else 0.0
+        """Left's soft outcome in [0, 1] for the ratings: ``(1 + preference) / 2``."""
+        p = self.preference
+        return None if p is None else (1.0 + p) / 2.0
 
     @property
     def consistent(self) -> bool:
-        first, second = self.winners
-        return self.complete and first == second
+        """The verdict survives the swap: the same output (or neither) is favoured in both presentations."""
+        return self.complete and _sign(self.left_as_a) == _sign(-self.left_as_b)  # type: ignore[operator]
 
     @property
     def same_slot(self) -> bool:
-        """Both verdicts chose the same position (A twice or B twice): a pure position effect."""
-        return self.complete and self.left_as_a == self.left_as_b and self.left_as_a in ("A", "B")
+        """Both presentations favoured the same position (A twice or B twice): a pure position effect."""
+        return self.complete and _sign(self.left_as_a) == _sign(self.left_as_b) != 0  # type: ignore[arg-type]
+
+    @property
+    def slot_lean(self) -> float | None:
+        """The position offset of this comparison, ``(score(left as A) + score(left as B)) / 2`` (> 0: toward A)."""
+        return None if not self.complete else (self.left_as_a + self.left_as_b) / 2.0  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
 class ProtocolCounts:
     comparisons: int
     complete: int
-    inconsistent: int
+    consistent: int
     same_slot: int
-    first_slot_wins: int  # decisive single verdicts that chose A
-    decisive: int  # single verdicts that chose A or B
+    slot_lean: float  # mean position offset over complete comparisons (0: none; +1: always A)
 
     @property
     def position_bias(self) -> float:
-        return self.same_slot / self.complete if self.complete else float("nan")
+        return self.same_slot / self.complete if self.complete else math.nan
 
     @property
-    def inconsistent_rate(self) -> float:
-        return self.inconsistent / self.complete if self.complete else float("nan")
-
-    @property
-    def a_preference(self) -> float:
-        """Share of decisive verdicts that chose A (0.5 for a judge without slot preference)."""
-        return self.first_slot_wins / self.decisive if self.decisive else float("nan")
+    def swap_consistency(self) -> float:
+        return self.consistent / self.complete if self.complete else math.nan
 
 
 def count(outcomes: list[Outcome]) -> ProtocolCounts:
-    singles = [v for o in outcomes for v in (o.left_as_a, o.left_as_b) if v in ("A", "B")]
     complete = [o for o in outcomes if o.complete]
+    leans = [o.slot_lean for o in complete]
     return ProtocolCounts(
         comparisons=len(outcomes),
         complete=len(complete),
-        inconsistent=sum(not o.consistent for o in complete),
+        consistent=sum(o.consistent for o in complete),
         same_slot=sum(o.same_slot for o in complete),
-        first_slot_wins=sum(v == "A" for v in singles),
-        decisive=len(singles),
+        slot_lean=sum(leans) / len(leans) if leans else math.nan,  # type: ignore[arg-type]
     )

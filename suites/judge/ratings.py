@@ -1,11 +1,12 @@
-"""Bradley–Terry ratings on the Elo scale, bootstrap intervals over prompts, win-rate matrices.
+"""Bradley–Terry ratings on the Elo scale from soft outcomes, bootstrap intervals over prompts, win-rate matrices.
 
 The model (as in Chatbot Arena's ``fit_bt``): P(i beats j) = σ(β_i − β_j [+ γ·x]), fitted by minimising the
 logistic loss. Decisions fixed here:
 
-* A tie counts as half a win for each side: the comparison contributes ``s·log σ(d) + (1 − s)·log σ(−d)`` with
-  ``s = 0.5``. That is the maximum-likelihood reading of ties as two half-weighted games, so a mixer that only
-  ever ties sits at the centre.
+* Outcomes are soft: a comparison with left's outcome ``s`` in [0, 1] (:mod:`suites.judge.protocol`: the
+  preference averaged over both orders, rescaled) contributes ``s·log σ(d) + (1 − s)·log σ(−d)``, the
+  likelihood of ``s`` read as a fractional win. A tie (s = 0.5) is half a win for each side, so a mixer that
+  only ever ties sits at the centre.
 * Every pair of players that met gets ``prior_ties`` virtual ties (default 1). Without them a clean sweep (likely
   with a handful of prompts) sends the maximum-likelihood rating to infinity; one virtual tie is add-one
   smoothing, e.g. a 16–0 sweep becomes a gap of ln(16.5/0.5)·400/ln 10 ≈ 609 Elo. ``prior_ties=0`` gives the
@@ -14,8 +15,9 @@ logistic loss. Decisions fixed here:
   paper reports), and 400 points of difference mean 10:1 odds.
 * Length control (alpaca_eval's LC idea): an extra covariate x = tanh(Δlen / sd(Δlen)) with Δlen the left
   output's length minus the right's; the LC rating is β, i.e. the prediction at equal lengths.
-* Intervals: percentile bootstrap that resamples *prompts* (all comparisons on one prompt share it), refitting
-  each time; the point estimate is always inside its interval.
+* Intervals: percentile bootstrap over *prompts* (all comparisons on one prompt share it), refitting every
+  resample; the draws come from :func:`harness.stats.resample_indices` and the intervals from
+  :func:`harness.stats.percentile_interval`, which never widens an interval to contain its point.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness import stats
+
 ELO_CENTRE = 1000.0
 ELO_SCALE = 400.0 / math.log(10.0)  # rating points per unit of β (natural-log odds)
 _MAX_NEWTON = 100
@@ -33,8 +37,8 @@ _TOL = 1e-10
 
 @dataclass(frozen=True)
 class Games:
-    """Complete comparisons: ``left``/``right`` player indices, ``score`` of left (1, 0.5 or 0), the prompt each
-    came from (the bootstrap unit) and an optional covariate (left minus right)."""
+    """Complete comparisons: ``left``/``right`` player indices, ``score`` of left in [0, 1], the prompt each came
+    from (the bootstrap unit) and an optional covariate (left minus right)."""
 
     players: tuple[str, ...]
     left: np.ndarray
@@ -52,6 +56,8 @@ class Games:
             raise ValueError("games: covariate must have one entry per game")
         if n and (np.any(self.left == self.right) or max(self.left.max(), self.right.max()) >= len(self.players)):
             raise ValueError("games: player indices must be distinct and < number of players")
+        if n and (np.any(self.score < 0) or np.any(self.score > 1)):
+            raise ValueError("games: scores must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,7 @@ class Fit:
 
 def fit_bradley_terry(games: Games, weights: np.ndarray | None = None, prior_ties: float = 1.0,
                       use_covariate: bool = False) -> Fit:
-    """Minimise the (weighted) logistic loss by damped Newton steps under Σβ = 0."""
+    """Minimise the (weighted) logistic loss on soft outcomes by damped Newton steps under Σβ = 0."""
     n = len(games.players)
     w = np.ones(len(games.left)) if weights is None else np.asarray(weights, dtype=float)
     left, right, score = games.left, games.right, games.score.astype(float)
@@ -121,7 +127,7 @@ def fit_bradley_terry(games: Games, weights: np.ndarray | None = None, prior_tie
 
 
 def win_matrix(games: Games, weights: np.ndarray | None = None) -> np.ndarray:
-    """``M[i, j]`` = mean score of i against j (ties count 0.5); NaN where they never met."""
+    """``M[i, j]`` = mean soft score of i against j; NaN where they never met."""
     n = len(games.players)
     w = np.ones(len(games.left)) if weights is None else weights
     won, played = np.zeros((n, n)), np.zeros((n, n))
@@ -134,7 +140,7 @@ def win_matrix(games: Games, weights: np.ndarray | None = None) -> np.ndarray:
 
 
 def win_rates(games: Games, weights: np.ndarray | None = None) -> np.ndarray:
-    """Each player's mean score over all its games (ties 0.5); NaN for a player without games."""
+    """Each player's mean soft score over all its games; NaN for a player without games."""
     n = len(games.players)
     w = np.ones(len(games.left)) if weights is None else weights
     won, played = np.zeros(n), np.zeros(n)
@@ -147,10 +153,11 @@ def win_rates(games: Games, weights: np.ndarray | None = None) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Interval:
+class Estimate:
+    """A point value per player and its bootstrap interval per player (None: no interval could be formed)."""
+
     value: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
+    intervals: tuple[stats.Interval | None, ...]
 
 
 @dataclass(frozen=True)
@@ -158,10 +165,11 @@ class Ratings:
     """Everything the suite reports about one set of games."""
 
     players: tuple[str, ...]
-    elo: Interval
-    elo_lc: Interval
-    win_rate: Interval
+    elo: Estimate
+    elo_lc: Estimate
+    win_rate: Estimate
     matrix: np.ndarray
+    matrix_intervals: dict[tuple[int, int], stats.Interval | None]
     length_coef: float  # γ of the length-controlled fit (> 0: the judge favours the longer output)
     converged: bool
     n_games: int
@@ -170,36 +178,40 @@ class Ratings:
 
 def rate(games: Games, bootstrap: int = 1000, confidence: float = 0.95, prior_ties: float = 1.0,
          seed: int = 0) -> Ratings:
-    """Point fits plus percentile bootstrap intervals over prompts (``bootstrap=0``: intervals = point)."""
+    """Point fits plus percentile bootstrap intervals over prompts (``bootstrap=0``: no intervals)."""
     plain = fit_bradley_terry(games, prior_ties=prior_ties)
     lc = fit_bradley_terry(games, prior_ties=prior_ties, use_covariate=True)
     wr = win_rates(games)
+    matrix = win_matrix(games)
     prompts, inverse = np.unique(games.prompt, return_inverse=True)
-    samples: dict[str, list[np.ndarray]] = {"elo": [], "elo_lc": [], "win_rate": []}
-    rng = np.random.default_rng(seed)
-    for _ in range(bootstrap):
-        counts = rng.multinomial(len(prompts), np.full(len(prompts), 1.0 / len(prompts)))
-        weights = counts[inverse].astype(float)
-        samples["elo"].append(fit_bradley_terry(games, weights, prior_ties).elo)
-        samples["elo_lc"].append(fit_bradley_terry(games, weights, prior_ties, use_covariate=True).elo)
-        samples["win_rate"].append(win_rates(games, weights))
+    n = len(games.players)
+    draws = stats.resample_indices(len(prompts), bootstrap, seed) if bootstrap > 0 and len(prompts) > 1 else None
+    reps = {"elo": [], "elo_lc": [], "win_rate": [], "matrix": []}
+    for row in [] if draws is None else draws:
+        weights = np.bincount(row, minlength=len(prompts)).astype(float)[inverse]
+        reps["elo"].append(fit_bradley_terry(games, weights, prior_ties).elo)
+        reps["elo_lc"].append(fit_bradley_terry(games, weights, prior_ties, use_covariate=True).elo)
+        reps["win_rate"].append(win_rates(games, weights))
+        reps["matrix"].append(win_matrix(games, weights))
 
-    def interval(point: np.ndarray, draws: list[np.ndarray]) -> Interval:
-        if not draws:
-            return Interval(point, point.copy(), point.copy())
-        stack = np.array(draws)
-        lo_q, hi_q = (1 - confidence) / 2, (1 + confidence) / 2
-        with np.errstate(invalid="ignore"):
-            lo = np.nanquantile(stack, lo_q, axis=0) if np.isfinite(stack).any() else np.full_like(point, np.nan)
-            hi = np.nanquantile(stack, hi_q, axis=0) if np.isfinite(stack).any() else np.full_like(point, np.nan)
-        return Interval(point, np.fmin(lo, point), np.fmax(hi, point))
+    def intervals(draws_: list[np.ndarray], i: int) -> stats.Interval | None:
+        return stats.percentile_interval(np.array([d[i] for d in draws_]), confidence) if draws_ else None
 
+    def estimate(point: np.ndarray, name: str) -> Estimate:
+        return Estimate(point, tuple(intervals(reps[name], i) for i in range(n)))
+
+    matrix_intervals = {
+        (i, j): (stats.percentile_interval(np.array([m[i, j] for m in reps["matrix"]]), confidence)
+                 if reps["matrix"] else None)
+        for i in range(n) for j in range(n) if i != j and not math.isnan(matrix[i, j])
+    }
     return Ratings(
         players=games.players,
-        elo=interval(plain.elo, samples["elo"]),
-        elo_lc=interval(lc.elo, samples["elo_lc"]),
-        win_rate=interval(wr, samples["win_rate"]),
-        matrix=win_matrix(games),
+        elo=estimate(plain.elo, "elo"),
+        elo_lc=estimate(lc.elo, "elo_lc"),
+        win_rate=estimate(wr, "win_rate"),
+        matrix=matrix,
+        matrix_intervals=matrix_intervals,
         length_coef=lc.gamma,
         converged=plain.converged and lc.converged,
         n_games=len(games.left),
