@@ -237,10 +237,10 @@ def cmd_suites(args: argparse.Namespace) -> int:
 
     for i, name in enumerate(args.names or SUITES.names()):
         entry = SUITES.get(name)
-        doc = (entry.cls.__doc__ or sys.modules[entry.cls.__module__].__doc__ or "").strip().splitlines()
+        doc = (entry.cls.__doc__ or sys.modules[entry.cls.__module__].__doc__ or "").strip().split("\n\n")[0]
         print(("\n" if i else "") + f"{entry.name}  ({entry.source}; scope {entry.cls.scope})")
         if doc:
-            print(f"  {doc[0]}")
+            print(f"  {' '.join(doc.split())}")
         print("\n".join(describe_fields(entry.config_cls)))
     print("\nset fields with --suite-config KEY=VALUE (lists: a,b,c) or suites: {NAME: {KEY: VALUE}} in a plan.")
     return 0

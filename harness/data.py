@@ -11,9 +11,14 @@ Sources:
   addresses before 2000 + Brown + Shakespeare + KJV; validation/test = SOTU from 2000 (in domain, later era);
   validation_ood/test_ood = Moby-Dick chapters. Each held-out set is sorted by id and alternated (even positions
   validation, odd test).
-- a local ``.txt``/``.jsonl``/``.json``/``.parquet`` file (optionally ``.gz`` for text and json) or a folder of them,
-  read with HF ``datasets``; a ``.txt`` file gives one document per paragraph (blank-line separated). Files or
-  sub-folders named train*, validation*/valid*/dev*/val*, test* are used as those splits.
+- a local ``.txt``/``.jsonl``/``.json``/``.parquet`` file (optionally ``.gz`` for text and json) or a folder of them;
+  a ``.txt`` file gives one document per paragraph (blank-line separated). Files or sub-folders named train*,
+  validation*/valid*/dev*/val*, test* are used as those splits. Every file is checked first, so a mistake is one
+  sentence naming the file, the line and byte offset, and the fix: an empty, binary (NUL byte) or non-UTF-8 file,
+  a line that is not JSON, a row that is not an object, rows without a string text field (an error unless
+  ``skip_bad_rows``: then they are left out, counted in :attr:`Corpus.skipped_rows` and announced). JSON rows are
+  parsed here (document ids stay ``<split>/<row>``, as ``datasets`` numbered them); text and parquet files are
+  then read with HF ``datasets``.
 - a hub dataset, ``hub:owner/name`` (or ``owner/name`` when no such path exists), through ``datasets.load_dataset``.
 
 Held-out splits a local or hub source lacks are carved out of its train split: documents are ranked by the sha256
@@ -174,7 +179,7 @@ def _local(path: Path, cfg: DataConfig, report: dict[str, Any]) -> dict[str, lis
             f"data folder {path} mixes {', '.join(sorted(builders))} files; keep one format per folder."
         )
     builder = builders.pop()
-    if builder == "json":  # parsed here, line by line: every error names its file and line (docs/data.md)
+    if builder == "json":  # parsed here, line by line: every error names its file and line
         tables = {split: _Rows() for split in data_files}
         for split, files in data_files.items():
             for file in files:
@@ -247,7 +252,10 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, int, str]]:
 
 def _check_text_file(path: Path) -> None:
     """A .txt file must hold some UTF-8 text without NUL bytes (errors name the line and byte offset)."""
-    if not any(text.strip() for _, _, text in _decoded_lines(path)):
+    has_text = False
+    for _, _, text in _decoded_lines(path):  # every line: a binary or non-UTF-8 byte anywhere is an error
+        has_text = has_text or bool(text.strip())
+    if not has_text:
         raise MixbenchError(f"data file {path} is empty (no text in it); add text or remove the file.")
 
 

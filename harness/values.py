@@ -153,19 +153,26 @@ def config_fields(cls: type) -> tuple[FieldInfo, ...]:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """``name: int = 0  # the comment`` -> {"name": "the comment"}, read from the class's source."""
+    """A field's doc from the class's source: its trailing comment (``name: int = 0  # the doc``) or the ``#:``
+    comment lines right above it (the Sphinx convention)."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
         return {}
     out: dict[str, str] = {}
     pending: str | None = None  # the field whose statement is open on this line
+    above: list[str] = []  # `#:` lines waiting for the field they document
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.NAME and tok.start[1] == 4 and pending is None:
                 pending = tok.string
+                if above:
+                    out[pending] = " ".join(above)
+                    above = []
             elif tok.type == tokenize.COMMENT and pending is not None:
                 out.setdefault(pending, tok.string.lstrip("#").strip())
+            elif tok.type == tokenize.COMMENT and tok.string.startswith("#:"):
+                above.append(tok.string[2:].strip())
             elif tok.type == tokenize.NEWLINE:
                 pending = None
     except (tokenize.TokenError, IndentationError, SyntaxError):

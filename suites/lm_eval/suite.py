@@ -37,7 +37,7 @@ class LmEvalConfig:
     include_path: str = ""  # a folder of task YAMLs (and their data), searched before the built-in tasks
     limit: float | None = None  # examples per task: a count (>= 1) or a fraction (< 1), as lm-eval takes it
     num_fewshot: int | None = None  # None = each task's own setting
-    batch_size: int = 16
+    batch_size: int = 16  # sequences per forward pass
     bootstrap_iters: int = 1000  # lm-eval's bootstrap for the standard errors of non-mean metrics
 
     def __post_init__(self) -> None:
