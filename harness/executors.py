@@ -19,11 +19,17 @@ traceback as text (anything else), since exception objects do not always survive
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
+import shutil
+import signal
+import tempfile
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, MixbenchError
@@ -77,6 +83,63 @@ def _portable_call(fn: Callable[..., Any], job: Any, *args: Any) -> Any:
         raise WorkerError("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()) from None
 
 
+def _pid_noting_call(pids: str, index: int, fn: Callable[..., Any], job: Any, *args: Any, **kwargs: Any) -> Any:
+    """:func:`_portable_call` in a pool worker that first notes its pid under ``pids``, so that the driver can say
+    which job a worker killed by the kernel was running (the pool itself only says that one died)."""
+    Path(pids, str(index)).write_text(str(os.getpid()))
+    return _portable_call(fn, job, *args, **kwargs)
+
+
+def _label(job: Any) -> str:
+    return str(getattr(job, "label", job))
+
+
+def _signal_text(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "unknown"
+    if signum == signal.SIGKILL:
+        return f"was killed by the kernel, most likely out of memory (signal {signum}, {name})"
+    return f"died from signal {signum} ({name})"
+
+
+def _worker_death(index: int, jobs: Sequence[Any], pids: str, pool: Any, exc: BaseException) -> MixbenchError:
+    """The sentence for a job whose pool broke: its worker's death (signal 9: the kernel's OOM killer) or, when
+    another worker died, that one's; every unfinished job resumes from its checkpoint on a rerun."""
+    processes = dict(getattr(pool, "_processes", None) or {})  # the pool's own table: pid -> Process
+    ran_on: dict[int, int] = {}
+    for note in Path(pids).iterdir():
+        with contextlib.suppress(ValueError, OSError):
+            ran_on[int(note.name)] = int(note.read_text())
+
+    def death(i: int) -> str | None:  # a signal the pool's own shutdown (SIGTERM) did not send, or an exit status
+        proc = processes.get(ran_on.get(i, -1))
+        if proc is None:
+            return None
+        proc.join(timeout=5)  # the pool breaks when the worker's pipe closes, a moment before its exit status exists
+        code = proc.exitcode
+        if code is None or code == 0 or code == -signal.SIGTERM:
+            return None
+        return _signal_text(-code) if code < 0 else f"exited with status {code}"
+
+    rerun = "give it more memory (or a smaller batch or context) and rerun: finished work is kept and it resumes"
+    own = death(index)
+    if own is not None:
+        return MixbenchError(f"job {_label(jobs[index])} {own}; {rerun}.")
+    for i, job in enumerate(jobs):
+        other = death(i)
+        if other is not None:
+            return MixbenchError(
+                f"job {_label(jobs[index])} was stopped because the worker running job {_label(job)} {other}; "
+                "rerun to resume both."
+            )
+    return MixbenchError(
+        f"job {_label(jobs[index])} did not finish: a worker process of the pool died abruptly ({exc}); rerun to "
+        "resume it."
+    )
+
+
 class LocalExecutor(Executor):
     """Jobs one after the other in this process: no start-up cost, full tracebacks, shares the loaded corpus."""
 
@@ -122,16 +185,23 @@ class ProcessExecutor(Executor):
         self._pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=self.pool_size(jobs), mp_context=multiprocessing.get_context("spawn")
         )
-        futures = {self._pool.submit(_portable_call, fn, job, *args): job for job in jobs}
+        pids = tempfile.mkdtemp(prefix="mixbench-pool-")  # job index -> pid of the worker that runs it
+        futures = {
+            self._pool.submit(_pid_noting_call, pids, i, fn, job, *args): (i, job) for i, job in enumerate(jobs)
+        }
         try:
             for future in concurrent.futures.as_completed(futures):
+                index, job = futures[future]
                 try:
                     result = future.result()
-                except Exception as exc:  # a job's error, or BrokenProcessPool when a worker died
+                except BrokenProcessPool as exc:  # a worker died: name the job and the signal that killed it
+                    result = _worker_death(index, jobs, pids, self._pool, exc)
+                except Exception as exc:  # a job's error
                     result = exc
-                yield futures[future], result
+                yield job, result
         finally:
             self.close()
+            shutil.rmtree(pids, ignore_errors=True)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -238,7 +308,7 @@ class RayExecutor(Executor):
                     result = ray.get(ref)
                 except Exception as exc:  # RayTaskError wraps the worker's exception as .cause
                     cause = getattr(exc, "cause", None)
-                    result = cause if isinstance(cause, BaseException) else exc
+                    result = _ray_death(refs[ref], cause if isinstance(cause, BaseException) else exc)
                 yield refs[ref], result
         finally:
             for ref in pending:  # the caller stopped early (fail-fast or Ctrl-C)
@@ -248,6 +318,23 @@ class RayExecutor(Executor):
         if self._ray is not None and self._started:
             self._ray.shutdown()
         self._ray, self._started = None, False
+
+
+def _ray_death(job: Any, exc: BaseException) -> BaseException:
+    """A Ray worker that died (its memory monitor's kill, or the kernel's) as a sentence; other errors unchanged."""
+    kind = type(exc).__name__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
+    if kind == "OutOfMemoryError":
+        return MixbenchError(
+            f"job {_label(job)} was killed by Ray's memory monitor, out of memory ({first}); give the job more "
+            "memory (or a smaller batch or context) and rerun: finished work is kept and it resumes."
+        )
+    if kind in ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError"):
+        return MixbenchError(
+            f"job {_label(job)}'s Ray worker died ({kind}: {first}), most often killed by the kernel for lack of "
+            "memory (signal 9); give the job more memory (or a smaller batch or context) and rerun to resume it."
+        )
+    return exc
 
 
 def _is_secret(name: str) -> bool:
