@@ -36,6 +36,7 @@ from harness.config import to_dict
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import register_suite
 from harness.suite import Metric, SiteKit, Suite, SuiteCommand, SuiteContext, SuiteResult
+from harness.values import option
 from suites.judge.arena import SUITE_VERSION, ArenaConfig, ArenaResult, judge_runs
 from suites.judge.canaries import CANARIES
 from suites.judge.command import JUDGE_COMMAND
@@ -54,14 +55,14 @@ class JudgeConfig:
     changing judges never regenerates). Defaults follow the ProtoT code's sampling (T 0.8, top-k 50, top-p 0.92)."""
 
     prompts_file: str = ""  # JSONL with a "prompt" (and optional "id") per line; "" = held-out corpus prefixes
-    split: str = "test"
-    n_prompts: int = 6  # sized for the local CPU judge (~1 s a verdict); use hundreds with a strong judge
-    prompt_words: int = 24
-    max_new_tokens: int = 32
-    temperature: float = 0.8
-    top_k: int = 50
-    top_p: float = 0.92
-    seed: int = 0
+    split: str = option("test", "corpus split the prompts come from (without a prompts_file)")
+    n_prompts: int = option(6, min=0)  # sized for the local CPU judge (~1 s a verdict); use hundreds with a strong judge
+    prompt_words: int = option(24, "words of a corpus prompt", min=1)
+    max_new_tokens: int = option(32, "tokens generated per continuation", min=1)
+    temperature: float = option(0.8, "sampling temperature (0 = greedy)", min=0)
+    top_k: int = option(50, "sample from the k most likely tokens (0 = all)", min=0)
+    top_p: float = option(0.92, "nucleus sampling mass", gt=0, max=1)
+    seed: int = option(0, "seed of the sampling", min=0)
 
     def __post_init__(self) -> None:
         if self.n_prompts < 0 or (self.n_prompts == 0 and not self.prompts_file):
