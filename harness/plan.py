@@ -25,8 +25,10 @@ mistake in a nightly plan fails in a second, not after an hour of training.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,8 +148,10 @@ class Plan:
         from harness.registry import MIXERS, SUITES
         from harness.specs import make_run_spec
 
+        where = self.source or f"plan {self.name}"
         for suite in self.suites:
-            SUITES.get(suite).make_config(self.suite_configs.get(suite))
+            with _located(where, f"suites.{suite}"):
+                SUITES.get(suite).make_config(self.suite_configs.get(suite))
         for mixer in self.mixers:
             kernels = MIXERS.get(mixer).cls.kernels
             if self.kernel is not None and self.kernel not in kernels:
@@ -157,7 +161,8 @@ class Plan:
                 )
         for preset in self.presets:
             for mixer in self.mixers:
-                make_run_spec(mixer, preset, self.mixer_configs.get(mixer), self.backbone, self.train, self.data)
+                with _located(where, f"preset {preset}, mixer {mixer}"):
+                    make_run_spec(mixer, preset, self.mixer_configs.get(mixer), self.backbone, self.train, self.data)
 
     def requests(
         self, device: str, force: bool = False, progress: bool = True, plugins: tuple[str, ...] = (),
@@ -192,6 +197,15 @@ class Plan:
             suite in self.suites and mixer in self.mixers and preset in self.presets
             and (seed is None or seed in self.seeds)
         )
+
+
+@contextlib.contextmanager
+def _located(where: str, part: str) -> Iterator[None]:
+    """Prefix a config error with the plan file and the part of it that holds the bad value."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError(f"{where} ({part}): {exc}") from None
 
 
 def load_plan(path: str | Path, check: bool = True) -> Plan:
