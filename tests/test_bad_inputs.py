@@ -120,7 +120,7 @@ ROWS = [
     ("negative count", lambda w: ev(w, "max_windows=-3"), 2, "context, max_windows and bootstrap must be >= 0"),
     ("choice", lambda w: ev(w, "pooling=max", suite="glue"), 2, "glue: pooling must be one of last, mean, got 'max'."),
     ("list item", lambda w: ev(w, "lengths=256,big", suite="throughput"), 2,
-     "throughput: lengths must be a comma-separated list of integers >= 2, got '256,big' ('big' is not an integer)."),
+     ("throughput: lengths must be a comma-separated list of integers", "got '256,big' ('big' is not an integer).")),
     ("misspelt field", lambda w: ev(w, "max_windos=4"), 2, "unknown config field(s) max_windos (did you mean max_windows?)"),
     ("no equals sign", lambda w: ev(w, "max_windows"), 2, "expected KEY=VALUE, got 'max_windows'"),
     ("key twice", lambda w: ev(w, "max_windows=1", "max_windows=2"), 2, "max_windows is given twice"),
