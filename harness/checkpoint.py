@@ -225,6 +225,19 @@ def resolve(path: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+def final_weights_hash(path: Path | str) -> str | None:
+    """The weight hash of the finished checkpoint in ``path`` (read from its config, no weights loaded), or None
+    when ``path`` holds no finished checkpoint: what a grid needs to predict run ids before loading anything."""
+    snap = resolve(Path(path)) if Path(path).exists() else None
+    if snap is None:
+        return None
+    try:
+        meta = json.loads((snap / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta.get("weights_sha256") if meta.get("final") else None
+
+
 def load_checkpoint(path: Path | str, map_location: str = "cpu") -> Checkpoint:
     """Load a checkpoint folder, or fail with a sentence saying what is wrong and what to do."""
     path = Path(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from harness.devices import resolve_device
@@ -156,6 +157,15 @@ def _suite_commands(sub) -> None:
             p = sub.add_parser(command.name, parents=[_common()], help=command.help)
             command.configure(p)
             p.set_defaults(suite_command=command.run)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings of mixbench's own (a corrupt run skipped, a plot left out) as one line, without a source path;
+    other packages' warnings keep their form."""
+    if issubclass(category, UserWarning) and "/harness/" in str(filename).replace("\\", "/"):
+        print(f"mixbench: warning: {message}", file=file or sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _plugins_in(argv: list[str]) -> list[str]:
@@ -438,11 +448,16 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():  # one-line warnings for the command's duration only
+        warnings.showwarning = _one_line_warning
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     import torch
 
     from harness.registry import load_plugins
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         load_plugins(_plugins_in(argv))
         args = build_parser().parse_args(argv)

@@ -20,7 +20,7 @@ from harness.checkpoint import Checkpoint, load_model
 from harness.config import PRESETS, BackboneConfig, DataConfig, ModelSpec, TrainConfig, get_preset, to_dict
 from harness.errors import MixbenchError
 from harness.gate import require_gate
-from harness.identity import Identity, mixer_identity, model_identity, row_identity, run_identity
+from harness.identity import Identity, mixer_identity, model_identity, row_identity, run_identity, trained_identity
 from harness.manifest import GateRecord, RunManifest, Subject, diff_from
 from harness.provenance import device_descriptor, provenance
 from harness.registry import MIXERS, SUITES, Entry
@@ -122,7 +122,7 @@ def evaluate(
             f"the data or tokenizer of {ckpt.spec.data.source} changed since {ckpt.path} was trained "
             f"(fingerprint {corpus.fingerprint} vs {trained_on}); retrain the checkpoint."
         )
-    subject_id = checkpoint_identity(ckpt, corpus.fingerprint)
+    subject_id = trained_identity(checkpoint_identity(ckpt, corpus.fingerprint), ckpt.meta.get("weights_sha256"))
     identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
     if store.has_run(identity.id) and not force:
         if aggregate:

@@ -198,10 +198,18 @@ def model_identity(spec: Any, data_fingerprint: str) -> Identity:
     )
 
 
+def trained_identity(model: Identity, weights_sha256: str | None) -> Identity:
+    """What a run scored: the model identity and the hash of the weights training produced. Two trainings of one
+    identity agree on CPU but need not on a GPU (non-deterministic kernels), and a checkpoint can be edited; a
+    run on other weights is another run."""
+    return Identity(content_hash({"model": model.id, "weights_sha256": weights_sha256}),
+                    {**model.parts, "weights_sha256": weights_sha256})
+
+
 def row_identity(model: Identity) -> str:
     """The model identity without its training seed: models that differ only by seed share one board row and
     are averaged; anything else that differs makes another row."""
-    parts = dict(model.parts)
+    parts = {k: v for k, v in model.parts.items() if k != "weights_sha256"}
     train = dict(parts.get("train") or {})
     train.pop("seed", None)
     parts["train"] = train

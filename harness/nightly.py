@@ -371,7 +371,7 @@ def write_history(store: ResultsStore, plan_name: str) -> list[str]:
     base = f"{NIGHTLY_DIR}/{plan_name}"
     if frame.empty:
         return []
-    frame = frame[[c in KEY_FIELDS or c in ("value", "interval", "headline", "night") for c in frame.columns]].copy()
+    frame = frame.loc[:, [c in KEY_FIELDS or c in ("value", "interval", "headline", "night") for c in frame.columns]]
     for column in ("model", "preset"):
         frame[column] = frame[column].fillna("")
     wide = frame.pivot_table(index=list(KEY_FIELDS), columns="night", values="value", aggfunc="last", dropna=False)

@@ -30,6 +30,8 @@ from harness.results import json_safe
 from harness.table import Cell, Column, Row
 
 FORMATS = ("md", "csv", "json", "html", "latex")
+#: version of the JSON board document (``board.json``, ``mixbench leaderboard --format json``)
+BOARD_SCHEMA = 1
 VIEWS = ("compact", "full", "suite")
 MISSING = "—"
 UNRELIABLE_MARK = "†"
@@ -338,7 +340,8 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
             "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate,
             "rank": board.rank.get(row.key), "rank_interval": board.rank_interval.get(row.key),
             "rank_tied": board.tied.get(row.key, False), "borda_points": board.points.get(row.key),
-            "unranked": board.unranked.get(row.key), "pareto": board.pareto.get(row.key), "cells": {},
+            "unranked": board.unranked.get(row.key), "pareto": board.pareto.get(row.key),
+            "provenance": row_provenance(row), "cells": {},
         }
         for c in columns:
             cell = table.cell(row, c)
@@ -351,8 +354,28 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
     return out
 
 
+def row_provenance(row: Row) -> dict[str, Any]:
+    """Where a row's numbers come from: code revision, fingerprints, machine and threading of its newest run."""
+    if not row.runs:
+        return {}
+    newest = max(row.runs, key=lambda r: r.manifest.written_at)
+    m = newest.manifest
+    prov = m.provenance or {}
+    git = prov.get("git") or {}
+    hw = prov.get("hardware") or {}
+    subject_parts = m.identity.get("subject_parts") or {}
+    return {
+        "revision": git.get("commit"), "dirty": git.get("dirty"), "mixbench": prov.get("mixbench"),
+        "mixer_code": (subject_parts.get("mixer") or {}).get("mixer_code"), "core_code": subject_parts.get("core_code"),
+        "packages": subject_parts.get("packages"), "cpu": hw.get("cpu"), "threads": hw.get("torch_threads"),
+        "device": m.subject.device, "threading": (m.identity.get("device") or {}).get("policy"),
+        "newest_run": newest.run_id, "written_at": m.written_at,
+    }
+
+
 def board_json(board: Board, columns: list[Column] | None = None) -> str:
     doc = {
+        "schema": BOARD_SCHEMA,
         "columns": [{"name": c.name, "suite": c.suite, "metric": c.metric, "role": c.role, "config": c.config,
                      "higher_is_better": c.higher_is_better, "unit": c.unit,
                      "votes": board.verdicts[c.name].votes, "weight": board.verdicts[c.name].weight,
@@ -364,6 +387,31 @@ def board_json(board: Board, columns: list[Column] | None = None) -> str:
                    "bootstrap": board.config.bootstrap},
     }
     return json.dumps(json_safe(doc), allow_nan=False, ensure_ascii=False, indent=2)
+
+
+def validate_board_document(doc: Any) -> None:
+    """Raise ValueError naming what does not fit the board JSON schema (a committed reference board is read back
+    by a test, so a format change cannot leave it stale unnoticed)."""
+    if not isinstance(doc, dict) or doc.get("schema") != BOARD_SCHEMA:
+        raise ValueError(f"not a schema-{BOARD_SCHEMA} board document")
+    for key, kind in (("columns", list), ("rows", list), ("notes", list), ("config", dict)):
+        if not isinstance(doc.get(key), kind):
+            raise ValueError(f"board document: '{key}' must be a {kind.__name__}")
+    names = set()
+    for c in doc["columns"]:
+        missing = {"name", "suite", "metric", "role", "votes", "higher_is_better"} - set(c)
+        if missing:
+            raise ValueError(f"board column lacks {sorted(missing)}")
+        names.add(c["name"])
+    for r in doc["rows"]:
+        missing = {"row", "model", "mixer", "preset", "gate", "rank", "rank_interval", "provenance", "cells"} - set(r)
+        if missing:
+            raise ValueError(f"board row {r.get('model')!r} lacks {sorted(missing)}")
+        for name, cell in r["cells"].items():
+            if name not in names:
+                raise ValueError(f"board row {r['model']!r} has a cell in unknown column {name!r}")
+            if not {"value", "interval", "group", "votes", "role"} <= set(cell):
+                raise ValueError(f"board cell {r['model']!r}/{name} is incomplete")
 
 
 def _render_csv(board: Board, d: Display, columns: list[Column]) -> str:

@@ -28,7 +28,8 @@ from harness.config import DataConfig, RunSpec, content_hash
 from harness.errors import ConfigError, MixbenchError
 from harness.evaluate import evaluate
 from harness.gate import GateFailed, require_gate
-from harness.identity import mixer_identity, model_identity
+from harness.checkpoint import final_weights_hash
+from harness.identity import mixer_identity, model_identity, trained_identity
 from harness.manifest import GateRecord
 from harness.registry import SUITES
 from harness.results import ResultsStore
@@ -187,20 +188,25 @@ def corpus_for(cfg: DataConfig, progress: bool) -> "Corpus":
 
 
 def expected_run_id(spec: RunSpec, data_fingerprint: str, suite: str, suite_overrides: dict[str, Any] | None,
-                    device: str) -> str | None:
+                    device: str, weights_sha256: str | None) -> str | None:
     """The id ``evaluate`` gives the run of ``suite`` on the model ``spec`` trains (the same identity function).
 
     For a device-dependent suite (throughput) the id includes the device descriptor, which only the worker knows
     for sure: the prediction is this machine's, and None when this machine lacks the device (a CPU-only Ray head
-    planning GPU jobs). A wrong or missing prediction costs a dispatched job that finds its checkpoint and runs
-    in place, never a wrong skip of another run.
+    planning GPU jobs). A model-scoped run is keyed by the trained weights too: before training (``weights_sha256``
+    None) there is no prediction, and the job runs. A wrong or missing prediction costs a dispatched job that finds
+    its checkpoint and runs in place, never a wrong skip of another run.
     """
     from harness.evaluate import suite_run_identity
 
     entry = SUITES.get(suite)
     cfg = entry.make_config(suite_overrides)
-    subject = (mixer_identity(spec.model.mixer, spec.model.mixer_config) if entry.cls.scope == "mixer"
-               else model_identity(spec, data_fingerprint))
+    if entry.cls.scope == "mixer":
+        subject = mixer_identity(spec.model.mixer, spec.model.mixer_config)
+    elif weights_sha256 is None:
+        return None
+    else:
+        subject = trained_identity(model_identity(spec, data_fingerprint), weights_sha256)
     try:
         return suite_run_identity(entry, cfg, subject, device).id
     except (RuntimeError, AssertionError, ValueError):  # no such device here
@@ -241,7 +247,8 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
         if model_id in seen:  # the same model asked twice (e.g. by two plan entries): train it once
             continue
         seen.add(model_id)
-        expected = {s: expected_run_id(spec, corpus.fingerprint, s, req.suite_overrides.get(s), req.device)
+        weights = final_weights_hash(checkpoint_root(store) / model_id)
+        expected = {s: expected_run_id(spec, corpus.fingerprint, s, req.suite_overrides.get(s), req.device, weights)
                     for s in req.suites}
         jobs.append(
             ModelJob(

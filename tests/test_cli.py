@@ -35,13 +35,14 @@ def test_train_eval_leaderboard(protot_checkpoint, attention_checkpoint, tmp_pat
     before = listing(results)
     assert main(["eval", "--suite", "perplexity", "--checkpoint", str(protot_checkpoint), "--results", str(results)]) == 0
     assert "nothing to do" in capsys.readouterr().out and listing(results) == before  # a re-run is a no-op
-    assert main(["leaderboard", "--results", str(results), "--format", "json"]) == 0
-    rows = {r["mixer"]: r for r in json.loads(capsys.readouterr().out)}
+    assert main(["leaderboard", "--results", str(results), "--format", "json", "--all"]) == 0
+    rows = {r["mixer"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert set(rows) == {"protot", "attention"}
     for row in rows.values():
-        ppl, unigram = row["perplexity/ppl"], row["perplexity/unigram_ppl"]
-        assert ppl["ci_low"] <= ppl["value"] <= ppl["ci_high"]
-        assert ppl["value"] < unigram["value"]  # even a tiny model beats the unigram floor
+        ppl, unigram = row["cells"]["perplexity/ppl"], row["cells"]["perplexity/unigram_ppl"]
+        assert ppl["interval"]["low"] <= ppl["value"] <= ppl["interval"]["high"] and ppl["votes"]
+        assert ppl["value"] < unigram["value"] and not unigram["votes"]  # even a tiny model beats the floor
+        assert row["gate"] == "passed" and row["rank"] in (1, 2)
     for fmt in ("md", "csv", "html", "latex"):
         assert main(["leaderboard", "--results", str(results), "--format", fmt]) == 0
         assert "protot" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from harness.checkpoint import load_checkpoint, load_model, save_checkpoint
 from harness.cli import main
 from harness.config import DataConfig
 from harness.data import SPLITS, Corpus, Document
-from harness.lm_eval_adapter.model import MixbenchLM
+from suites.lm_eval.model import MixbenchLM
 from harness.results import ResultsStore
 from harness.suite import SuiteContext
 from suites.perplexity import Perplexity, PerplexityConfig
@@ -239,14 +239,16 @@ def test_cli_runs_are_keyed_by_weight_hash_and_task_content(protot_checkpoint, t
     assert len(first) == 1
     assert lm_eval_cli(protot_checkpoint) == first and "nothing to do" in capsys.readouterr().out
     (run,) = store.iter_runs()
-    assert run.manifest["weights_sha256"] == load_checkpoint(protot_checkpoint).meta["weights_sha256"]
-    assert run.manifest["suite"] == "lm-eval" and [m.name for m in run.metrics] == ["tiny_mc/acc"]
+    assert run.manifest.subject.weights_sha256 == load_checkpoint(protot_checkpoint).meta["weights_sha256"]
+    assert run.manifest.suite == "lm-eval" and [m.name for m in run.metrics] == ["tiny_mc/acc"]
+    (acc,) = run.metrics
+    assert acc.items is not None and len(acc.items) == 2 and acc.value == sum(acc.items.values) / 2
 
     retrained = lm_eval_cli(perturbed_copy(protot_checkpoint, tmp_path / "retrained"))
     assert len(retrained) == 2  # same spec, new weights: a new run, not the stale answers
     write_jsonl(data, [{"sentence": "Good!", "label": 1}, {"sentence": "Bad.", "label": 0}])
     assert len(lm_eval_cli(protot_checkpoint)) == 3  # edited task data: a new run too
     capsys.readouterr()
-    assert main(["leaderboard", "--results", str(results), "--format", "json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)  # zero-shot scores sit in their own lm-eval columns
-    assert row["mixer"] == "protot" and "lm-eval/tiny_mc/acc" in row
+    assert main(["leaderboard", "--results", str(results), "--format", "json", "--all"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]  # zero-shot scores sit in their own lm-eval columns
+    assert row["mixer"] == "protot" and "lm-eval/tiny_mc/acc" in row["cells"]

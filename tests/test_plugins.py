@@ -87,11 +87,16 @@ def test_out_of_tree_mixer_trains_and_scores(how, tmp_path):
     assert check.returncode == 0, check.stdout + check.stderr
     train = mixbench(["train", "--mixer", name, "--out", "ck", *TINY_TRAIN, *plugin], site, tmp_path)
     assert train.returncode == 0, train.stderr
+    if plugin:  # the checkpoint names its plugin: without --plugin, say which module to load
+        missing = mixbench(["eval", "--suite", "perplexity", "--checkpoint", "ck"], site, tmp_path)
+        assert missing.returncode == 2 and f"--plugin {package}.shift" in missing.stderr
+        assert "Did you mean" not in missing.stderr
     score = mixbench(["eval", "--suite", "perplexity", "--checkpoint", "ck", "--no-progress", *plugin], site, tmp_path)
     assert score.returncode == 0, score.stderr
     board = mixbench(["leaderboard", "--format", "json"], site, tmp_path)
-    rows = json.loads(board.stdout)
-    assert [r["mixer"] for r in rows] == [name] and rows[0]["perplexity/ppl"]["value"] > 1
+    rows = json.loads(board.stdout)["rows"]
+    assert [r["mixer"] for r in rows] == [name] and rows[0]["cells"]["perplexity/ppl"]["value"] > 1
+    assert rows[0]["gate"] == "passed"
 
 
 def test_plugin_that_is_missing_fails_clearly(tmp_path):
