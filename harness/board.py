@@ -134,10 +134,13 @@ def _column_verdicts(table: Table, rows: list[Row]) -> dict[str, ColumnVerdict]:
     for suite, key in ran:
         suites_ran[suite].add(key)
     out: dict[str, ColumnVerdict] = {}
+    shown_config: dict[str, str] = {}  # the config of each suite's first columns: canonical, or the stand-in
     for column in table.columns:
+        shown_config.setdefault(column.suite, column.config)
         cells = {row.key: table.cell(row, column) for row in rows}
         present = {k: c for k, c in cells.items() if c is not None and math.isfinite(c.value)}
-        reason = _why_not(column, present, suites_ran[column.suite], len(rows))
+        reason = _why_not(column, present, suites_ran[column.suite], len(rows),
+                          column.config == shown_config[column.suite])
         out[column.name] = ColumnVerdict(column, reason == "", reason)
     per_suite = defaultdict(int)
     for v in out.values():
@@ -149,8 +152,8 @@ def _column_verdicts(table: Table, rows: list[Row]) -> dict[str, ColumnVerdict]:
     return out
 
 
-def _why_not(column: Column, present: dict[str, Cell], ran: set[str], n_rows: int) -> str:
-    if column.config:
+def _why_not(column: Column, present: dict[str, Cell], ran: set[str], n_rows: int, first_of_suite: bool) -> str:
+    if column.config and not first_of_suite:
         return "not the suite's canonical config"
     if column.role != "score":
         return f"role {column.role}"

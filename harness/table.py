@@ -242,27 +242,27 @@ def _config_key(run: RunRecord) -> str:
     return canonical_json(run.manifest.suite_config)
 
 
-def _canonical_configs(rows: list[Row], suite: str) -> tuple[str | None, list[str]]:
-    """The suite's canonical config (the non-override config that covers most rows; ties: the newest) and the
-    others, as config keys."""
+def _canonical_configs(rows: list[Row], suite: str) -> tuple[str | None, bool, list[str]]:
+    """The suite's canonical config (the non-override config that covers most rows; ties: the newest), whether
+    it is one (False: the suite has only ad-hoc override runs, and the most-covering override config stands in,
+    labelled with its config), and the other configs, as config keys."""
     coverage: dict[str, set[str]] = defaultdict(set)
     newest: dict[str, str] = {}
-    overrides: set[str] = set()
+    canonical_keys: set[str] = set()
     for row in rows:
         for run in row.runs:
             if run.manifest.suite != suite:
                 continue
             key = _config_key(run)
-            if not run.manifest.canonical:
-                overrides.add(key)
-                continue
             coverage[key].add(row.key)
             newest[key] = max(newest.get(key, ""), run.manifest.written_at)
+            if run.manifest.canonical:
+                canonical_keys.add(key)
     if not coverage:
-        return None, sorted(overrides)
-    canonical = max(coverage, key=lambda k: (len(coverage[k]), newest[k]))
-    others = sorted((set(coverage) | overrides) - {canonical})
-    return canonical, others
+        return None, False, []
+    pool = canonical_keys or set(coverage)
+    chosen = max(pool, key=lambda k: (len(coverage[k]), newest[k]))
+    return chosen, bool(canonical_keys), sorted(set(coverage) - {chosen})
 
 
 def _cells(rows: list[Row], suites: list[str], all_metrics: bool, all_configs: bool,
@@ -270,13 +270,16 @@ def _cells(rows: list[Row], suites: list[str], all_metrics: bool, all_configs: b
     columns: list[Column] = []
     cells: dict[tuple[str, str], Cell] = {}
     for suite in suites:
-        canonical, others = _canonical_configs(rows, suite)
-        configs = ([canonical] if canonical is not None else []) + (others if all_configs else [])
+        shown, is_canonical, others = _canonical_configs(rows, suite)
+        configs = ([shown] if shown is not None else []) + (others if all_configs else [])
         hidden = sum(1 for row in rows for r in row.runs if r.manifest.suite == suite and _config_key(r) in others)
         if hidden and not all_configs:
             notes.append(f"{hidden} {suite} run(s) under other configs are not on the board (--all-configs shows them)")
+        if shown is not None and not is_canonical:
+            notes.append(f"{suite} has only runs under ad-hoc configs (--suite-config); its column shows "
+                         f"{_label_of(rows, suite, shown)}")
         for config in configs:
-            label = "" if config == canonical else _label_of(rows, suite, config)
+            label = "" if config == shown and is_canonical else _label_of(rows, suite, config)
             for column, per_row in _suite_columns(rows, suite, config, label, all_metrics):
                 columns.append(column)
                 for row_key, cell in per_row.items():

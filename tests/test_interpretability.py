@@ -663,12 +663,15 @@ def test_cli_end_to_end_reaches_the_leaderboard_and_writes_cards(protot_checkpoi
         stub.close()
     assert 1 <= stub.requests <= 4 * 2  # judge_units=2 per unit set (units, null, 2 SAE sets); repeats are cached
     capsys.readouterr()
-    assert main(["leaderboard", "--results", str(results), "--format", "json", "--suites", "interpretability"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    # the two runs used different suite configs: each is its own column family under --all-configs
+    assert main(["leaderboard", "--results", str(results), "--format", "json", "--suite", "interpretability",
+                 "--all-configs"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert len(rows) == 2
     for row in rows:
         for name in ("coherence", "token_entropy", "dead_frac", "coverage", "dprob_mean/target"):
-            assert row[f"interpretability/{name}"]["value"] is not None, name
+            (value,) = [c["value"] for column, c in row["cells"].items() if column.endswith(f"/{name}")]
+            assert value is not None, name
     runs = sorted((results / "runs").iterdir())
     seen = set()
     for run in runs:
