@@ -74,6 +74,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 @register_mixer("attention", config=AttentionConfig)
 class Attention(Mixer):
+    quickstart = True  # one of the paper's four mixers: trained and scored by `mixbench quickstart`
     kernels = ("naive", "sdpa")
     length_extrapolation = False
     intervention_modes = ("mask",)

@@ -81,6 +81,7 @@ class ProtoTConfig:
 
 @register_mixer("protot", config=ProtoTConfig)
 class ProtoT(Mixer):
+    quickstart = True  # one of the paper's four mixers: trained and scored by `mixbench quickstart`
     version = 2  # 2: value conv without bias, temperature epsilon 2e-6, as released (docs/faithfulness.md)
     kernels = ("recurrent", "chunked", "gla")
     length_extrapolation = True
@@ -135,6 +136,9 @@ class ProtoT(Mixer):
         if self.has_conv:
             state["conv"] = torch.zeros(batch_size, self.cfg.conv_width - 1, m, device=device, dtype=dtype)
         return state
+
+    def chunk_lengths(self) -> tuple[int, ...]:
+        return (self.cfg.chunk_size,)
 
     def state_size(self, seq_len: int) -> int:
         R, m = self.cfg.n_prototypes, self.value_dim

@@ -28,14 +28,7 @@ from suites.interpretability.suite import Interpretability
 from suites.interpretability.toy import OneHotAttention, train_toy
 
 #: suite overrides for `mixbench quickstart` / a grid's quick pass
-QUICKSTART = {
-    "parts": "units,null,coverage,interventions",
-    "intervene_modes": "write-mask,mask",
-    "profile_tokens": 8192,
-    "intervene_tokens": 8192,
-    "concept_windows": 8,
-    "max_units_per_layer": 16,
-}
+QUICKSTART = Interpretability.quickstart
 
 __all__ = [
     "QUICKSTART",

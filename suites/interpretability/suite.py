@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -61,6 +61,15 @@ def _role(name: str) -> str:
 
 @register_suite("interpretability", config=InterpConfig)
 class Interpretability(Suite):
+    #: judge-free metrics and one intervention, <= 45 s per quick-preset mixer on the 2-core CPU
+    quickstart: ClassVar[dict[str, Any] | None] = {
+        "parts": "units,null,coverage,interventions",
+        "intervene_modes": "write-mask,mask",
+        "profile_tokens": 8192,
+        "intervene_tokens": 8192,
+        "concept_windows": 8,
+        "max_units_per_layer": 16,
+    }
     version: ClassVar[int] = 2  # 2: basis/toy in the paper's convention, key-query in its orientation
     headline: ClassVar[tuple[str, ...]] = (
         "coherence", "themes", "token_entropy", "coverage", "dead_frac", "dprob_mean/target",
