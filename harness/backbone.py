@@ -1,4 +1,4 @@
-"""The LLaMA-3 style backbone shared by every mixer (DESIGN §3).
+"""The LLaMA-3 style backbone shared by every mixer (docs/DESIGN.md §3).
 
 token embedding -> L x [pre-RMSNorm -> mixer -> residual; pre-RMSNorm -> SwiGLU FFN -> residual] -> RMSNorm
 -> head tied to the embedding. Positional information is the mixer's business (RoPE inside attention; none
@@ -87,7 +87,7 @@ class MixerLM(nn.Module):
 
     # ------------------------------------------------------------------ setup
     def _init_weights(self) -> None:
-        """N(0, 0.02) embedding (PAPERS.md §A.1); output projections scaled by 1/sqrt(2L) (GPT-2/nanoGPT).
+        """N(0, 0.02) embedding (docs/PAPERS.md §A.1); output projections scaled by 1/sqrt(2L) (GPT-2/nanoGPT).
 
         Mixers initialise their own parameters in their constructors; only the backbone's are touched here.
         """

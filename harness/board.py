@@ -1,5 +1,5 @@
 """The board: which columns vote, tie groups from paired tests, Borda ranks with bootstrap rank intervals, and
-the quality/speed Pareto view (DESIGN §6; docs/ARCHITECTURE.md "The board").
+the quality/speed Pareto view (docs/DESIGN.md §6; docs/ARCHITECTURE.md "The board").
 
 A comparison board is only worth its weakest number, so:
 

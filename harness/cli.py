@@ -1,4 +1,4 @@
-"""The ``mixbench`` command line (DESIGN §8).
+"""The ``mixbench`` command line (docs/DESIGN.md §8).
 
 User mistakes surface as :class:`MixbenchError`: one line on stderr, exit status 2, nothing written.
 Exit status 1 means a gate failed (``check``); 0 means success.

@@ -37,7 +37,7 @@ def _positive(name: str, value: float) -> None:
 
 @dataclass(frozen=True)
 class BackboneConfig:
-    """The LLaMA-3 style stack shared by every mixer (DESIGN §3)."""
+    """The LLaMA-3 style stack shared by every mixer (docs/DESIGN.md §3)."""
 
     d_model: int
     n_layers: int
@@ -66,7 +66,7 @@ class BackboneConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimiser, schedule and budget (PAPERS.md §A.3: AdamW, wd 0.1, 2% warm-up, cosine to 10%)."""
+    """Optimiser, schedule and budget (docs/PAPERS.md §A.3: AdamW, wd 0.1, 2% warm-up, cosine to 10%)."""
 
     token_budget: int
     batch_size: int
@@ -105,7 +105,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where text comes from and how it is tokenised (DESIGN §4).
+    """Where text comes from and how it is tokenised (docs/DESIGN.md §4).
 
     ``source`` is ``embedded`` (the public-domain corpus shipped with the project), a local file or folder of
     text / json(l) / parquet, or a hub dataset name (``hub:NAME`` or ``NAME`` with ``/``); see harness.data.

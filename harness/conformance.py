@@ -1,4 +1,4 @@
-"""``mixbench check MIXER``: the conformance gate every mixer passes before it is scored (DESIGN §2,
+"""``mixbench check MIXER``: the conformance gate every mixer passes before it is scored (docs/DESIGN.md §2,
 docs/ARCHITECTURE.md "The conformance gate").
 
 The gate assumes the mixer may be wrong in any way, by accident or on purpose. Each check runs on a real model

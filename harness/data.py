@@ -1,4 +1,4 @@
-"""Documents, splits, tokenised streams and evaluation windows (DESIGN §4).
+"""Documents, splits, tokenised streams and evaluation windows (docs/DESIGN.md §4).
 
 :func:`load_documents` turns a :class:`~harness.config.DataConfig` into named splits of :class:`Document`;
 :func:`load_corpus` adds the tokenizer and the training token stream (both cached on disk) and returns the

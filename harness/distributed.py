@@ -1,4 +1,4 @@
-"""Data-parallel training under ``torchrun`` (DESIGN §7): one model on several processes, GPUs or nodes.
+"""Data-parallel training under ``torchrun`` (docs/DESIGN.md §7): one model on several processes, GPUs or nodes.
 
 ``torchrun --nproc-per-node N -m harness.cli train --mixer M --preset P --out DIR`` starts N copies of
 ``mixbench train``; each finds its rank in the environment torchrun sets (``RANK``, ``WORLD_SIZE``,

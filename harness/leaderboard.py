@@ -1,4 +1,4 @@
-"""``mixbench leaderboard``: the store's board as text (DESIGN §6; docs/ARCHITECTURE.md "The board").
+"""``mixbench leaderboard``: the store's board as text (docs/DESIGN.md §6; docs/ARCHITECTURE.md "The board").
 
 Three modules do the work, one job each: :mod:`harness.table` turns runs into rows and cells, :mod:`harness.board`
 decides which columns vote, the tie groups and the ranks, :mod:`harness.render` formats views. This module only

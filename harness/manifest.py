@@ -1,4 +1,4 @@
-"""The typed run manifest (DESIGN §6; docs/ARCHITECTURE.md "Runs and manifests").
+"""The typed run manifest (docs/DESIGN.md §6; docs/ARCHITECTURE.md "Runs and manifests").
 
 Every run in the store has one :class:`RunManifest`, built by :func:`harness.evaluate` (suite runs, lm-eval runs)
 or by a suite's cross-run step (the judge's ratings), and read back with validation: a corrupt or foreign record

@@ -1,4 +1,4 @@
-"""The mixer contract (DESIGN §2).
+"""The mixer contract (docs/DESIGN.md §2).
 
 A mixer maps ``x: [B, T, D] -> y: [B, T, D]`` causally. Every built-in and third-party mixer subclasses
 :class:`Mixer`; the backbone, the conformance gate and every suite only use the methods below.

@@ -1,4 +1,4 @@
-"""Nightly runs (DESIGN §6): run what a plan is missing, snapshot the metrics, compare with the night before.
+"""Nightly runs (docs/DESIGN.md §6): run what a plan is missing, snapshot the metrics, compare with the night before.
 
 ``mixbench nightly PLAN.yaml`` runs the plan's grid (jobs already in the store are skipped, interrupted ones
 resume), then records a snapshot of every metric of the plan's runs in the store::

@@ -1,4 +1,4 @@
-"""``mixbench publish``: the results store as a static site (DESIGN §6, ANCHORS §1.9 and §4).
+"""``mixbench publish``: the results store as a static site (docs/DESIGN.md §6, docs/ARCHITECTURE.md "Data flow").
 
 Layout of the site folder::
 

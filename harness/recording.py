@@ -1,4 +1,4 @@
-"""Recording of internal tensors for suites (DESIGN §2, "Recording").
+"""Recording of internal tensors for suites (docs/DESIGN.md §2, "Recording").
 
 While a :class:`Recorder` is active, mixers call :func:`record` with a name and a tensor (ProtoT gate
 weights, attention probabilities, state norms). Mixers never import suites; suites open a recorder around a

@@ -1,4 +1,4 @@
-"""Plugin registries for mixers and suites (DESIGN §2 and §5).
+"""Plugin registries for mixers and suites (docs/DESIGN.md §2 and §5).
 
 Three ways to get a class into a registry, all ending in the same ``register_*`` call:
 

@@ -1,4 +1,4 @@
-"""The results store (DESIGN §6): one folder per run, written atomically, readable by anything that reads JSON.
+"""The results store (docs/DESIGN.md §6): one folder per run, written atomically, readable by anything that reads JSON.
 
 Layout under the store root (a local folder or an fsspec URL such as ``s3://bucket/mixbench``)::
 

@@ -1,4 +1,4 @@
-"""The suite contract (DESIGN §5, docs/ARCHITECTURE.md "Suites" and "Metrics").
+"""The suite contract (docs/DESIGN.md §5, docs/ARCHITECTURE.md "Suites" and "Metrics").
 
 A suite is registered with ``@register_suite(name, config=SomeConfig)`` and implements
 ``run(model, context) -> SuiteResult`` (or, for a suite that trains its own small models from a mixer
@@ -78,7 +78,7 @@ class ItemValues:
 
 @dataclass(frozen=True)
 class Metric:
-    """One number with its direction, role, uncertainty and sample size (DESIGN §6, "Metrics are typed").
+    """One number with its direction, role, uncertainty and sample size (docs/DESIGN.md §6, "Metrics are typed").
 
     ``interval`` says what kind of interval it is (:class:`harness.stats.Interval`); it is never widened to
     contain ``value``. ``unreliable`` is a reason when the suite found that this number measures nothing (a

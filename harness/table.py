@@ -1,5 +1,5 @@
 """Board rows from the results store: one row per model, one cell per (suite, metric) of the canonical config
-(DESIGN §6; docs/ARCHITECTURE.md "The board"). The one place that turns runs into rows: the board, the
+(docs/DESIGN.md §6; docs/ARCHITECTURE.md "The board"). The one place that turns runs into rows: the board, the
 renderers, the site and the nightly comparison all read :func:`build_table`.
 
 Rules, each a decision the design asks for:

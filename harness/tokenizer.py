@@ -1,4 +1,4 @@
-"""Byte-level BPE tokenizers (DESIGN §4).
+"""Byte-level BPE tokenizers (docs/DESIGN.md §4).
 
 :class:`Tokenizer` wraps a HF ``tokenizers.Tokenizer`` and fixes what the harness relies on: an end-of-text id that
 separates documents (and serves as BOS/EOS) and a pad id. :func:`train_bpe` trains the project's own byte-level BPE

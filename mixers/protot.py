@@ -1,4 +1,4 @@
-"""ProtoT: the prototype mixer (PAPERS.md §A.2 and its addendum), a linear-cost, interpretable mixer.
+"""ProtoT: the prototype mixer (docs/PAPERS.md §A.2 and its addendum), a linear-cost, interpretable mixer.
 
 R learnable prototypes P_k define R channels. Token x_j writes its value V x_j into channel k with weight
 pi_jk = softmax_k(x_j . P_k / |tau_w|); each channel keeps a time-discounted, mass-normalised mean of the

@@ -1,7 +1,7 @@
 """ProtoT's discounted, mass-normalised, strictly-past prefix mean: the definition and the kernel registry.
 
 Per prototype channel k (R channels), with write weights ``w[t, k] = (1 - beta_k) * pi[t, k]``, values
-``v[t]`` (m floats) and decay ``beta_k`` (PAPERS.md, addendum items 4-5):
+``v[t]`` (m floats) and decay ``beta_k`` (docs/PAPERS.md, addendum items 4-5):
 
     S_t = beta * S_{t-1} + w_t v_t          (R x m)      M_t = beta * M_{t-1} + w_t     (R)
     PM_t = S_{t-1} / max(M_{t-1}, floor)                  o_t = sum_k rho[t, k] PM_t[k]

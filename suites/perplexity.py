@@ -1,4 +1,4 @@
-"""Perplexity suite: held-out perplexity and bits-per-byte with bootstrap CIs over documents (DESIGN §5).
+"""Perplexity suite: held-out perplexity and bits-per-byte with bootstrap CIs over documents (docs/DESIGN.md §5).
 
 Each held-out document is cut into non-overlapping windows of the evaluation context (consecutive windows
 share one token, so every token after the document's leading end-of-text is predicted exactly once, with the

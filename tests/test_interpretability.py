@@ -440,7 +440,7 @@ def test_masking_every_unit_of_a_layer_equals_a_zero_mixer_output(tiny_protot, t
 
 
 def protot_by_hand(mixer, x: torch.Tensor, masked: int) -> torch.Tensor:
-    """A ProtoT layer with its own read gate from PAPERS.md's equations, one position at a time, with prototype
+    """A ProtoT layer with its own read gate from docs/PAPERS.md's equations, one position at a time, with prototype
     ``masked`` removed from the write softmax (the other R-1 renormalise). A conv layer smooths the values:
     v_t <- v_t / 2 + (sum_i w_i v_{t-4+i}) / 2 (no bias, as released), zeros before the start."""
     P = mixer.prototypes.detach().double()

@@ -14,7 +14,7 @@ from mixers.protot_kernels import prefix_mean_chunked, prefix_mean_recurrent
 
 
 def direct_protot(layer: ProtoT, x: torch.Tensor) -> torch.Tensor:
-    """PAPERS.md §A.2 written out as explicit double sums over positions (O(T^2)), in float64."""
+    """docs/PAPERS.md §A.2 written out as explicit double sums over positions (O(T^2)), in float64."""
     p = {n: t.detach().double() for n, t in layer.named_parameters()}
     x = x.double()
     P = p["prototypes"]

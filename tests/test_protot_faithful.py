@@ -1,4 +1,4 @@
-"""ProtoT against the released layer's equations (PAPERS.md, "Addendum: ProtoT mixer, exactly as released").
+"""ProtoT against the released layer's equations (docs/PAPERS.md, "Addendum: ProtoT mixer, exactly as released").
 
 The reference below is written from that list alone, in float64, as the released recurrence (one position at a
 time, S and M carried), and it names every weight it uses: a layer with an extra parameter (such as a bias on the

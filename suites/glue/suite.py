@@ -1,4 +1,4 @@
-"""The glue suite: fine-tune the pretrained backbone per task and report GLUE's metrics (DESIGN §5).
+"""The glue suite: fine-tune the pretrained backbone per task and report GLUE's metrics (docs/DESIGN.md §5).
 
 Protocol per task:
 

@@ -1,4 +1,4 @@
-"""Interpretability suite (DESIGN §5; PAPERS.md §A.4 items 7-8 and §B): unit profiles, judge-free (and optional
+"""Interpretability suite (docs/DESIGN.md §5; docs/PAPERS.md §A.4 items 7-8 and §B): unit profiles, judge-free (and optional
 judge) scores, coverage of known concepts, targeted interventions, corpus-statistics basis functions.
 
 ``mixbench eval --suite interpretability --checkpoint C [--suite-config KEY=VALUE ...]`` runs the parts in

@@ -1,4 +1,4 @@
-"""Corpus-statistics basis functions of "Gradient Leading Terms" (PAPERS.md §B), in the Addendum's conventions.
+"""Corpus-statistics basis functions of "Gradient Leading Terms" (docs/PAPERS.md §B), in the Addendum's conventions.
 
 The input is a batch of sequences of *vocabulary indices* ``ids [N, T+1]`` over a retained vocabulary of k tokens,
 with -1 marking a token outside it. Inputs are x = ids[:, :-1], targets y = ids[:, 1:]; X and Y are their one-hot

@@ -1,4 +1,4 @@
-"""The paper's Pythia protocol (PAPERS.md §B.4): a model with embeddings compared with the basis functions in
+"""The paper's Pythia protocol (docs/PAPERS.md §B.4): a model with embeddings compared with the basis functions in
 token space, from single-token forwards.
 
 Each retained token is fed alone (a length-1 sequence). Per layer l this gives, as n x d matrices over the tokens:

@@ -1,4 +1,4 @@
-"""The toy setting of "Gradient Leading Terms" (PAPERS.md §B.1, §B.4), reproduced on the embedded corpus.
+"""The toy setting of "Gradient Leading Terms" (docs/PAPERS.md §B.1, §B.4), reproduced on the embedded corpus.
 
 A one-hot, attention-only, single-head, single-layer causal model with a residual stream and no embedding: every
 matrix is |V| x |V| and

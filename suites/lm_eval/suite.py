@@ -1,5 +1,5 @@
 """The ``lm-eval`` suite: lm-eval's own zero/few-shot tasks (or local task YAMLs) through the registered
-``mixbench`` lm-eval model (DESIGN §5; docs/ARCHITECTURE.md "Suites").
+``mixbench`` lm-eval model (docs/DESIGN.md §5; docs/ARCHITECTURE.md "Suites").
 
 ``mixbench eval --suite lm-eval --checkpoint DIR --suite-config tasks=a,b include_path=DIR`` (or the
 ``mixbench lm-eval`` command this suite adds, or a plan listing ``lm-eval`` among its suites). Its runs are keyed

@@ -1,4 +1,4 @@
-"""Robustness suite (DESIGN §5): lexical perturbations of held-out sentences and how far each mixer's next-token
+"""Robustness suite (docs/DESIGN.md §5): lexical perturbations of held-out sentences and how far each mixer's next-token
 predictions move. Importing the package registers the suite and the built-in perturbation families.
 
 Public API: :func:`register_perturbation` / :class:`Perturbation` (add a family), :func:`perturb`,

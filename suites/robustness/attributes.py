@@ -1,7 +1,7 @@
 """Attribute flips (the sensitivity slices): gender, grammatical number, negation.
 
 These change what a sentence says, so a model that reads the sentence should change its predictions; the suite
-reports them apart from the meaning-preserving families (PAPERS.md §A.4 item 6 has templated versions of the same
+reports them apart from the meaning-preserving families (docs/PAPERS.md §A.4 item 6 has templated versions of the same
 flips). Gender and number flip every site at once, so the sentence stays consistent ("he ... his" -> "she ...
 her"); negation flips ``max_edits`` sites.
 """

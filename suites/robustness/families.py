@@ -1,7 +1,7 @@
 """Meaning-preserving perturbation families (the robustness slices).
 
 Each family finds the sites of a sentence it can change; :class:`~suites.robustness.perturbations.Perturbation`
-draws among them. Designs follow NL-Augmenter's and CheckList's transformations (ANCHORS.md §1.7), with the
+draws among them. Designs follow NL-Augmenter's and CheckList's transformations (public perturbation toolkits), with the
 lexicons vendored in ``data/`` instead of fetched.
 """
 

@@ -1,4 +1,4 @@
-"""The robustness suite: how far a mixer's next-token predictions move under small edits of the input (DESIGN §5).
+"""The robustness suite: how far a mixer's next-token predictions move under small edits of the input (docs/DESIGN.md §5).
 
 Pairs come from the held-out splits (by default 500 per slice from sentences of 6-30 words of every held-out split;
 built once per corpus and cached, see :mod:`suites.robustness.pairs`) or from a user's pair file;
