@@ -229,10 +229,11 @@ def _page(title: str, body: str, depth: int, generated: str) -> str:
 
 def table_html(header: list[str], rows: list[list[str]], table_id: str = "", sortable: bool = True,
                raw: list[list[Any]] | None = None, classes: list[list[str]] | None = None,
-               keys: list[str] | None = None) -> str:
+               keys: list[str] | None = None, text_keys: set[str] | frozenset[str] = frozenset()) -> str:
     """An HTML table from already-escaped cell HTML; ``raw`` numbers go to ``data-sort`` (missing sorts last)."""
     head = "".join(
-        f'<th data-key="{_e(keys[i] if keys else h)}" scope="col">{_e(h)}</th>' for i, h in enumerate(header)
+        f'<th data-key="{_e(keys[i] if keys else h)}"{" class=" + chr(34) + "text" + chr(34) if keys and keys[i] in text_keys else ""}'
+        f' scope="col">{_e(h)}</th>' for i, h in enumerate(header)
     )
     body = []
     for i, line in enumerate(rows):
@@ -344,8 +345,9 @@ LEGEND = (
     ("°", "the point estimate lies outside its interval (a skewed statistic); reported as it is, never widened."),
     ("gate", "the conformance gate's verdict for the row's mixer and config: passed, or skipped (scored with "
              "--skip-gate, for debugging). A mixer that fails the gate is never scored."),
-    ("Pareto", "in the quality-vs-speed plot, red points (and a red left border in the table) are on the front: "
-               "no other model of the preset is at least as good on both axes and better on one."),
+    ("◆ Pareto", "on the quality-vs-speed Pareto front of its preset (the red points of the plot below): no other "
+                 "model of the preset is at least as good on both axes and better on one."),
+    ("⚑", "the runs behind this row differ in code, packages, device, kernel or gate (its page shows which)."),
     ("— / n/a", "— a missing cell (the suite did not run for this row); n/a a number that does not exist "
                 "(e.g. a crossover outside the measured grid)."),
 )
@@ -463,7 +465,7 @@ class _Site:
                 cls_line.append(cls)
             cells.append(html_line)
             classes.append(cls_line)
-        return table_html(d.header, cells, table_id, raw=d.raw, classes=classes, keys=d.keys)
+        return table_html(d.header, cells, table_id, raw=d.raw, classes=classes, keys=d.keys, text_keys=d.text_columns)
 
     def _index(self) -> None:
         board = self.board

@@ -30,8 +30,10 @@ from harness.cli import main
 from harness.errors import MixbenchError
 from harness.provenance import provenance
 from harness.publish import CSP, MARKER, publish_site, script_json
-from harness.results import ResultsStore, run_id
+from harness.render import validate_board_document
+from harness.results import ResultsStore
 from harness.suite import Metric, SuiteResult
+from tests.planted import manifest, put, score, subject
 
 ALERT = "<script>alert(1)</script>"
 TITLE_PAYLOAD = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
@@ -45,10 +47,18 @@ ARTIFACTS = Path(os.environ.get("MIXBENCH_TEST_ARTIFACTS", Path(__file__).resolv
 # ---------------------------------------------------------------------------------------------- the store
 
 
-def _write(store, mixer, suite, result, seed=0, preset="tiny", **manifest):
-    manifest = {"suite": suite, "mixer": mixer, "preset": preset, "seed": seed, "kind": "eval", **manifest}
-    rid = run_id({**manifest, "t": time.monotonic_ns()})
-    store.write_run(rid, manifest, result)
+def _write(store, mixer, suite, metrics, seed=0, plots=(), samples=(), provenance_=None, suite_info=None,
+           headline=(), **subject_fields):
+    s = subject(mixer, seed=seed, **{"parameters": PARAMS.get(mixer), "train_tokens_per_s": SPEEDS.get(mixer, 100.0),
+                                     "loss_curve": [{"step": 1, "loss": 7.0}, {"step": 2, "loss": 6.0, "val_loss": 6.2}],
+                                     **subject_fields})
+    m = manifest(suite, s, headline=headline, provenance=provenance_ or provenance(), suite_info=suite_info or {})
+    return put(store, m, metrics, list(samples)) if not plots else _put_with_plots(store, m, metrics, plots, samples)
+
+
+def _put_with_plots(store, m, metrics, plots, samples):
+    rid = f"{abs(hash((m.suite, m.subject.id, time.monotonic_ns()))):016x}"[:16]
+    store.write_run(rid, m, SuiteResult(metrics, samples=list(samples), plots=list(plots)))
     return rid
 
 
@@ -66,18 +76,7 @@ def _png(path: Path, label: str) -> Path:
     return path
 
 
-def _judged_samples(outputs: dict[str, str]) -> dict[str, dict]:
-    """The judge suite's own sample records (``suites.judge.records._sample``) of one comparison of two mixers, in
-    which the judge preferred protot in both orders; keyed by the mixer whose rating run holds it."""
-    from suites.judge.protocol import Comparison, Outcome
-    from suites.judge.records import _sample
-
-    left, right = sorted(outputs)
-    cmp_ = Comparison("d1@0", "Prompt d1@0 <b>bold?</b>", left, right, outputs[left], outputs[right], True)
-    protot_as = "A" if left == "protot" else "B"
-    outcome = Outcome(cmp_, protot_as, "B" if protot_as == "A" else "A")
-    replies = {(id(cmp_), True): f"{protot_as} {ALERT}", (id(cmp_), False): "reply <i>B</i>"}
-    return {m: _sample(m, outcome, replies) for m in (left, right)}
+SPEEDS = {"protot": 9000.0, "attention": 4000.0, "mamba": 7000.0, "deltanet": 8000.0}
 
 
 @pytest.fixture(scope="module")
@@ -86,49 +85,29 @@ def store(tmp_path_factory) -> ResultsStore:
     scratch = tmp_path_factory.mktemp("plots")
     store = ResultsStore(root)
     prov = provenance()
-    speeds = {"protot": 9000.0, "attention": 4000.0, "mamba": 7000.0, "deltanet": 8000.0}
     ppl = {"protot": 30.0, "attention": 28.0, "mamba": 31.0, "deltanet": 29.0}
     for mixer in MIXERS:
-        model = {"parameters": PARAMS[mixer], "state_floats": PARAMS[mixer] // 10, "train_flops": 1e12,
-                 "train_tokens_per_s": speeds[mixer] / 3, "kernel": "chunked", "device": "cpu", "dtype": "float32",
-                 "provenance": prov}  # fmt: skip
-        seeds = (0, 1) if mixer == "protot" else (0,)
-        for seed in seeds:
+        for seed in ((0, 1) if mixer == "protot" else (0,)):
             prov_seed = prov if seed == 0 else {**prov, "packages": {**prov["packages"], "torch": "9.9.9"}}
-            _write(store, mixer, "perplexity", SuiteResult([Metric("ppl", ppl[mixer] + seed, False, ppl[mixer] - 1 + seed,
-                   ppl[mixer] + 1 + seed, 5000, "perplexity")]), seed=seed, headline=["ppl"],
-                   **{**model, "provenance": prov_seed})  # fmt: skip
+            _write(store, mixer, "perplexity", [score("ppl", ppl[mixer] + seed, False, 1.0, unit="perplexity")],
+                   seed=seed, headline=("ppl",), provenance_=prov_seed)
         svg = scratch / f"{mixer}.svg"
         svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20"><script>parent.document.title='
                        '"pwned"</script><rect width="60" height="20" fill="#39c"/></svg>')
-        _write(store, mixer, "throughput", SuiteResult(
-            [Metric("prefill_tok_s", speeds[mixer], True, speeds[mixer] * 0.9, speeds[mixer] * 1.1, 4, "tokens/s")],
-            plots=[_png(scratch / "time_vs_length.png", mixer), svg]), headline=["prefill_tok_s"], **model)
-    _write(store, EVIL_MIXER, "perplexity", SuiteResult([Metric("ppl", 40.0, False)]), headline=["ppl"])
-    for mixer, (acc, mcc) in {"protot": (80.0, 20.0), "attention": (85.0, 30.0), "mamba": (60.0, -5.0)}.items():
-        metrics = [Metric("sst2/acc", acc, True, acc - 5, acc + 5, 872, "x100"),
-                   Metric("sst2/majority_acc", 50.0, True, n=872, unit="x100"),
-                   Metric("cola/mcc", mcc, True, n=1043, unit="x100")]  # fmt: skip
-        _write(store, mixer, "glue", SuiteResult(metrics), headline=["sst2/acc", "cola/mcc"], parameters=PARAMS[mixer])
-    # judge: generations of every mixer, then judged pairs of protot and attention
-    for mixer in (*MIXERS, EVIL_MIXER):
-        output = EVIL_GENERATION if mixer == "mamba" else f"{mixer} continues the text."
-        samples = [{"prompt_id": "d1@0", "prompt": "Once upon a time", "output": output, "output_tokens": 7,
-                    "finished": True}]  # fmt: skip
-        _write(store, mixer, "judge", SuiteResult([Metric("gen_tokens", 7.0, True, n=1)], samples=samples),
-               headline=[], suite_info={"generation_key": "g1"}, parameters=PARAMS.get(mixer))
-    pool = {"protot": "r1", "attention": "r2"}
-    judged = _judged_samples({"protot": EVIL_GENERATION, "attention": "plain text"})
-    assert judged["protot"]["outcome"] == "win" and judged["attention"]["outcome"] == "loss"
-    for mixer, elo in (("protot", 1010.0), ("attention", 990.0)):
-        _write(store, mixer, "judge", SuiteResult(
-            [Metric("elo", elo, True, elo - 20, elo + 20, 1, "Elo")], samples=[judged[mixer]]),
-            kind="judge-rating", headline=["elo"], pool=pool, judge={"id": f"local {ALERT}"}, parameters=PARAMS[mixer])
+        _write(store, mixer, "throughput", [score("prefill_tok_s", SPEEDS[mixer], True, SPEEDS[mixer] * 0.1,
+                                                   role="speed", unit="tokens/s")],
+               plots=[_png(scratch / "time_vs_length.png", mixer), svg], headline=("prefill_tok_s",))
+    _write(store, EVIL_MIXER, "perplexity", [score("ppl", 40.0, False, 1.0)], headline=("ppl",))
+    for mixer, acc in {"protot": 80.0, "attention": 85.0, "mamba": 60.0}.items():
+        _write(store, mixer, "glue", [score("sst2/acc", acc, True, 5.0, chance=50.0, perfect=100.0, unit="x100"),
+                                      score("sst2/majority_acc", 50.0, True, role="baseline", unit="x100")],
+               headline=("sst2/acc",))
     robust = [{"slice": "typo", "kind": "robustness", "id": "p1", "original": "The quick brown fox.",
                "perturbed": f"The quikc brown fox {ALERT}", "edits": [{"start": 4, "old": "quick", "new": "quikc"}],
-               "jsd_final": 0.0123, "top1": 1.0, "spearman": 0.9, "dppl": 0.01}]  # fmt: skip
-    _write(store, "protot", "robustness", SuiteResult([Metric("jsd_final/mean", 0.0123, False, unit="bits")],
-           samples=robust), headline=["jsd_final/mean"], parameters=PARAMS["protot"])  # fmt: skip
+               "jsd_final": 0.0123, "top1": 1.0, "spearman": 0.9, "dppl": 0.01}]
+    info = {"pairs": {"duplicates": {"per_slice": {"typo": {"lines": 10, "unique": 4, "duplicate_rate": 0.6}}}}}
+    _write(store, "protot", "robustness", [score("jsd_final/mean", 0.0123, False, 0.001, unit="bits")],
+           samples=robust, suite_info=info, headline=("jsd_final/mean",))
     # a unit-card page in the shape suites/interpretability/cards.py writes, plus a script it must never run
     cards = scratch / "unit_cards.html"
     cards.write_text(
@@ -137,8 +116,10 @@ def store(tmp_path_factory) -> ResultsStore:
         f"<div class='ctx'>{html.escape(ALERT)}<mark>fox</mark></div></div></div>"
         "<script>document.title='pwned'</script></body></html>"
     )
-    _write(store, "protot", "interpretability", SuiteResult([Metric("coherence", 0.5, True)], plots=[cards]),
-           headline=["coherence"], parameters=PARAMS["protot"])
+    unit = {"kind": "unit", "unit_set": "units", "label": "L0 P3", "top_tokens": [[f"fox{ALERT}", 0.5]],
+            "token_entropy": 1.5, "scores": {"coherence": 0.4}, "attrs": {"half_life": 6.6}, "dead": False}
+    _write(store, "protot", "interpretability", [score("coherence", 0.5, True, 0.05)], plots=[cards],
+           samples=[unit], headline=("coherence",))
     return store
 
 
@@ -157,41 +138,41 @@ def test_script_json_cannot_close_its_element():
     assert json.loads(text) == data
 
 
-def test_site_layout_downloads_and_provenance(site, store):
+def test_site_layout_downloads_legend_and_provenance(site, store):
     assert site.name == "site" and (site / MARKER).is_file()
     for rel in ("index.html", "assets/site.css", "assets/site.js", "pareto.png", "board.csv", "board.json",
-                "leaderboard.csv", "leaderboard.json", "leaderboard.md"):  # fmt: skip
+                "leaderboard.md"):
         assert (site / rel).is_file(), rel
     suites = {p.name.rsplit("-", 1)[0] for p in (site / "suites").glob("*.html")}
-    assert suites == {"glue", "interpretability", "judge", "perplexity", "robustness", "throughput"}
+    assert suites == {"glue", "interpretability", "perplexity", "robustness", "throughput"}
     runs = list(store.iter_runs(samples=False))
     assert len(list((site / "runs").glob("*.html"))) == len(runs) == len(list((site / "runs").glob("*.json")))
     assert len(list((site / "rows").glob("*.html"))) == 5
+    assert len(list((site / "rows").glob("*-loss.png"))) == 5  # each model's training and validation loss
 
-    board = list(csv.DictReader(io.StringIO((site / "board.csv").read_text())))
-    assert {r["mixer"] for r in board} == {*MIXERS, EVIL_MIXER}
-    by_mixer = {r["mixer"]: r for r in board}
-    # glue normalised against the stored majority rate 50: protot (80-50)/50*100 = 60, mamba's 60 -> 20
-    assert float(by_mixer["protot"]["glue/sst2/acc (norm)"]) == pytest.approx(60.0)
-    assert float(by_mixer["mamba"]["glue/sst2/acc (norm)"]) == pytest.approx(20.0)
-    assert float(by_mixer["mamba"]["glue/cola/mcc (norm)"]) == 0.0
-    assert by_mixer["deltanet"]["glue/sst2/acc (norm)"] == ""  # missing stays missing in the download
-    data = json.loads((site / "board.json").read_text())
-    assert {r["mixer"] for r in data} == {*MIXERS, EVIL_MIXER}
-    full = json.loads((site / "leaderboard.json").read_text())
-    assert any("glue/sst2/majority_acc" in r for r in full)  # every metric, baselines included
+    doc = json.loads((site / "board.json").read_text())
+    validate_board_document(doc)
+    by_mixer = {r["mixer"]: r for r in doc["rows"]}
+    assert set(by_mixer) == {*MIXERS, EVIL_MIXER}
+    assert by_mixer["protot"]["cells"]["perplexity/ppl"]["value"] == pytest.approx(30.5)  # two seeds averaged
+    assert by_mixer["protot"]["cells"]["perplexity/ppl"]["interval"]["kind"] == "t"
+    assert "glue/sst2/acc" not in by_mixer["deltanet"]["cells"]  # missing stays missing
+    board_csv = list(csv.DictReader(io.StringIO((site / "board.csv").read_text())))
+    assert {r["mixer"] for r in board_csv} == {*MIXERS, EVIL_MIXER}
+
+    index = (site / "index.html").read_text()
+    for mark in ("What the marks mean", "tie groups", "Pareto", "unreliable", "gate"):
+        assert mark in index, mark
+    assert "Quality vs speed" in index and "Red: on the Pareto front" in index
 
     # provenance per row: protot's two perplexity runs differ in torch's version, and the row page says so
-    protot_row = next(p for p in (site / "rows").glob("protot-*.html"))
+    protot_row = next(p for p in (site / "rows").glob("protot-*.html") if p.suffix == ".html")
     text = protot_row.read_text()
     assert "Differs between runs (highlighted): torch" in text and "9.9.9" in text
-    assert text.count('class="text differs"') == 3  # torch of both perplexity runs and the throughput run
-    # model fields come from the newest run that has them (the judge and glue runs carry fewer fields)
-    assert "<th class=\"text\">training FLOPs</th><td class=\"text\">1000000000000.0</td>" in text
-    index = (site / "index.html").read_text()
-    assert index.count('<span class="flag" title="runs of this row differ in torch">') == 1  # protot's row only
+    assert "Training and validation loss" in text
+    assert index.count("runs of this row differ in torch") == 1  # protot's row only
     attention_row = next(p for p in (site / "rows").glob("attention-*.html")).read_text()
-    assert "All runs agree on code, packages, device and kernel." in attention_row
+    assert "All runs agree on code, packages, device, kernel and gate." in attention_row
     assert html.escape(provenance()["python"]) in attention_row
 
 
@@ -207,19 +188,17 @@ def test_every_page_escapes_model_text_and_loads_nothing_from_outside(site):
         assert all('src="' in s and s.endswith('assets/site.js">') or 'type="application/json"' in s for s in scripts)
         assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:[a-z]+:)?//""", text, re.IGNORECASE), page  # nothing remote
         assert not re.search(r"<[^>]*\son\w+\s*=", text), page  # no event-handler attribute in any tag
-    judge = next((site / "suites").glob("judge-*.html")).read_text()
-    assert html.escape(EVIL_GENERATION) in judge  # the generation, shown as text
-    assert judge.count(html.escape(ALERT)) >= 4  # in pairs, replies, judge id and the generations list
-    assert ": 1 of 1 pairs</h3>" in judge  # the comparison is in both mixers' rating runs and shown once
-    assert "outcome for attention: <b>loss</b>" in judge and "verdict B" in judge
     index = (site / "index.html").read_text()
     island = re.search(r'<script type="application/json" id="board-data">(.*?)</script>', index, re.DOTALL).group(1)
-    assert EVIL_MIXER in {r["mixer"] for r in json.loads(island)}
+    assert EVIL_MIXER in {r["mixer"] for r in json.loads(island)["rows"]}
     card = next((site / "plots").rglob("unit_cards.html")).read_text()
     assert card.startswith('<!doctype html><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
                            "content=\"default-src 'none'")  # its own script is blocked wherever it is opened
     robustness = next((site / "suites").glob("robustness-*.html")).read_text()
-    assert html.escape(f"The quikc brown fox {ALERT}") in robustness
+    assert html.escape(f"The quikc brown fox {ALERT}") in robustness  # the suite's own section, escaped
+    assert "duplicate rate" in robustness and "0.6" in robustness
+    interp = next((site / "suites").glob("interpretability-*.html")).read_text()
+    assert "Units and interventions" in interp and html.escape(f"fox{ALERT}") in interp
 
 
 def test_publish_replaces_its_own_site_and_refuses_other_folders(store, tmp_path):
@@ -238,9 +217,18 @@ def test_publish_replaces_its_own_site_and_refuses_other_folders(store, tmp_path
     assert (foreign / "keep.txt").read_text() == "mine"
 
 
-def test_empty_store_publishes_a_site_that_says_so(tmp_path):
-    out = publish_site(ResultsStore(tmp_path / "empty"), tmp_path / "site")
-    assert "no results in" in (out / "index.html").read_text()
+def test_a_live_site_is_never_replaced_by_a_mistyped_or_empty_store(store, tmp_path):
+    out = publish_site(store, tmp_path / "site")
+    files = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(MixbenchError, match="no results store at"):
+        publish_site(ResultsStore(tmp_path / "typo"), out)
+    empty = ResultsStore(tmp_path / "empty")
+    empty.ensure_writable()
+    with pytest.raises(MixbenchError, match="replace the site .* with an empty board"):
+        publish_site(empty, out)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == files
+    forced = publish_site(empty, out, force=True)
+    assert "no results in" in (forced / "index.html").read_text()
 
 
 def test_cli_publish(store, tmp_path, capsys):
@@ -251,6 +239,8 @@ def test_cli_publish(store, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert main(["publish", "--results", store.root, "--out", str(tmp_path / "file")]) == 2
     assert "not a mixbench site" in capsys.readouterr().err
+    assert main(["publish", "--results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert "no results store at" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------- the browser
@@ -319,7 +309,7 @@ class _Dom(HTMLParser):
     def handle_data(self, data):
         if self._in_title:
             self.title += data
-        if self._in_row and self._cell == 0 and self._in_link:  # the mixer's name (its link), not the flag
+        if self._in_row and self._cell == 1 and self._in_link:  # the model (its link), not the flags
             self._first += data
 
 
@@ -342,7 +332,7 @@ def test_site_in_headless_chromium(site, tmp_path):
     assert dom.title == "mixbench leaderboard"  # no payload in a mixer name changed it
     _only_our_scripts(dom)
     assert sorted(dom.board_rows) == sorted([*MIXERS, EVIL_MIXER])  # the table shows every mixer, names as text
-    assert dom.board_rows == sorted([*MIXERS, EVIL_MIXER])  # server order: preset, then mixer
+    # server order: rank first (protot, deltanet, attention, mamba by perplexity and the rest), unranked last
 
     # sorting runs in the browser (site.js): by parameters, both ways; the row without parameters stays last
     by_params = sorted(MIXERS, key=PARAMS.get)
@@ -350,12 +340,12 @@ def test_site_in_headless_chromium(site, tmp_path):
     assert dom.sorted == "params:desc" and dom.board_rows == [*reversed(by_params), EVIL_MIXER]
     dom, _ = _dom(index + "#sort=params:asc", profile)
     assert dom.sorted == "params:asc" and dom.board_rows == [*by_params, EVIL_MIXER]
-    dom, _ = _dom(index + "#sort=mixer:desc", profile)
+    dom, _ = _dom(index + "#sort=model:desc", profile)
     assert dom.board_rows == sorted([*MIXERS, EVIL_MIXER], key=str.lower, reverse=True)
 
-    judge = next((site / "suites").glob("judge-*.html"))
-    dom, text = _dom(judge.as_uri(), profile)
-    assert dom.title == "mixbench · judge"  # neither <script> nor onerror in the generation ran
+    robustness = next((site / "suites").glob("robustness-*.html"))
+    dom, text = _dom(robustness.as_uri(), profile)
+    assert dom.title == "mixbench · robustness"  # neither <script> nor onerror in the pair text ran
     _only_our_scripts(dom)
     assert html.escape(ALERT, quote=False) in text  # the live DOM holds the payload as text
     assert "<script>alert(1)</script>" not in text  # no such element in the DOM, only its text
@@ -367,7 +357,7 @@ def test_site_in_headless_chromium(site, tmp_path):
     assert html.escape(ALERT, quote=False) in text
 
     ARTIFACTS.joinpath("publish").mkdir(parents=True, exist_ok=True)
-    for name, url in (("index", index), ("judge", judge.as_uri())):
+    for name, url in (("index", index), ("robustness", robustness.as_uri())):
         shot = ARTIFACTS / "publish" / f"{name}.png"
         shot.unlink(missing_ok=True)
         _browse(url, profile, f"--screenshot={shot}", "--window-size=1400,1000", "--hide-scrollbars")
@@ -386,7 +376,7 @@ def test_publish_from_an_fsspec_store(tmp_path):
     store = ResultsStore(f"memory://publish-{time.monotonic_ns()}")
     plot = _png(tmp_path / "curve.png", "curve")
     for mixer, ppl in (("protot", 30.0), ("attention", 28.0)):
-        _write(store, mixer, "perplexity", SuiteResult([Metric("ppl", ppl, False)], plots=[plot]), headline=["ppl"])
+        _write(store, mixer, "perplexity", [score("ppl", ppl, False, 1.0)], plots=[plot], headline=("ppl",))
     out = publish_site(store, tmp_path / "site")
     board = list(csv.DictReader(io.StringIO((out / "board.csv").read_text())))
     assert {r["mixer"]: float(r["perplexity/ppl"]) for r in board} == {"protot": 30.0, "attention": 28.0}

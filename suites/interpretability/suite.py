@@ -75,6 +75,12 @@ class Interpretability(Suite):
         "coherence", "themes", "token_entropy", "coverage", "dead_frac", "dprob_mean/target",
     )
 
+    @classmethod
+    def site_section(cls, runs, kit) -> str:
+        from suites.interpretability.site import site_section
+
+        return site_section(runs, kit)
+
     def validate(self, model) -> None:
         cfg = self.cfg
         if cfg.window > model.config.context:

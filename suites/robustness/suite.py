@@ -177,6 +177,12 @@ class Robustness(Suite):
         "top1/worst", "dppl/mean", "route_write/mean", "jsd_final/sensitivity",
     )  # fmt: skip
 
+    @classmethod
+    def site_section(cls, runs, kit) -> str:
+        from suites.robustness.site import site_section
+
+        return site_section(runs, kit)
+
     def validate(self, model) -> None:
         if self.cfg.pairs_file and not Path(self.cfg.pairs_file).expanduser().is_file():
             raise ConfigError(
