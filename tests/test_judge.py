@@ -685,6 +685,15 @@ def test_site_section_shows_reliability_canaries_and_both_verdicts_escaped(tmp_p
     assert "unreliable, do not vote" in page  # the position-only judge decides no canary
     assert "verdict, mixer as A" in page and "P(A) 0.61, P(B) 0.39" in page  # renormalised over A and B
     assert page.count("<tr><td>shuffled-") == 10 and "../runs/" in page
+    assert page.count("<tr><td>alpha</td>") == 1  # the ratings table: one row per player
+    # text verdicts of the same pool are a section of their own, with the newest run of each player
+    with FakeJudge(lambda p, a, b: probabilities(0.55, 0.35)) as judge:
+        judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
+        judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="text"), force=True, progress=False)
+    runs = [r for r in store.iter_runs(samples=True) if r.manifest.suite == "judge"]
+    page = Judge.site_section(runs, EscapingKit())
+    assert page.count("probabilities verdicts</h3>") == 1 and page.count("text verdicts</h3>") == 1
+    assert page.count("<tr><td>alpha</td>") == 2
     assert Judge.site_section([], EscapingKit()) == ""
 
 

@@ -46,14 +46,17 @@ def _newest_first(runs: list["RunRecord"]) -> list["RunRecord"]:
 def site_section(runs: list["RunRecord"], kit: "SiteKit") -> str:
     e = kit.escape
     ratings = [r for r in runs if r.manifest.kind == "aggregate"]
-    pools: dict[tuple[str, str, str], list["RunRecord"]] = defaultdict(list)
-    for r in ratings:
+    # one section per pool and judge (id, verdict mode), with the newest rating run of each player
+    pools: dict[tuple[str, ...], dict[str, "RunRecord"]] = defaultdict(dict)
+    for r in _newest_first(ratings):
+        judge = r.manifest.extra.get("judge") or {}
         key = (str(r.manifest.subject.preset), str(r.manifest.subject.seed),
-               json.dumps(r.manifest.extra.get("pool") or {}, sort_keys=True))
-        pools[key].append(r)
+               json.dumps(r.manifest.extra.get("pool") or {}, sort_keys=True), str(judge.get("id")),
+               str(judge.get("verdict_mode")))
+        pools[key].setdefault(_player(r), r)
     parts: list[str] = []
-    for (preset, seed, _), members in sorted(pools.items()):
-        parts.append(_pool_section(preset, seed, members, kit))
+    for (preset, seed, *_), members in sorted(pools.items()):
+        parts.append(_pool_section(preset, seed, list(members.values()), kit))
     generations = [r for r in runs if r.manifest.kind != "aggregate" and r.samples]
     if generations:
         parts.append("<h2>Generations</h2>")
@@ -89,7 +92,7 @@ def _pool_section(preset: str, seed: str, members: list["RunRecord"], kit: "Site
     info = first.manifest.suite_info
     metrics = {m.name: m for m in first.metrics}
     reason = info.get("unreliable")
-    title = f"preset {preset}, seed {seed} — judge {judge.get('id', '')}"
+    title = f"preset {preset}, seed {seed} — judge {judge.get('id', '')}, {judge.get('verdict_mode', 'text')} verdicts"
     parts = [f"<h3>{e(title)}</h3>"]
     reliability = [
         ("verdicts", f"{judge.get('verdict_mode', 'text')}: {judge.get('verdict_mode_reason', '')}"),
