@@ -364,6 +364,14 @@ def test_config_validation_and_settings():
         mad.SelectiveCopyConfig(seq_len=33, num_tokens_to_copy=16)
 
 
+def test_quickstart_config_is_mqar_at_two_lengths_and_two_mad_tasks():
+    entry = SUITES.get("synthetic")
+    cfg = entry.make_config(dict(entry.cls.quickstart))
+    labels = [f"{t.name}/{t.label(c)}" for t, c in cfg.plan()]
+    assert labels[:2] == ["mqar/seq64_kv4_train2000", "mqar/seq128_kv8_train2000"]
+    assert len({label.split("/")[0] for label in labels[2:]} - {"mqar"}) == 2 and len(cfg.grid_points()) == 1
+
+
 # ----------------------------------------------------------------------------------------------- the suite
 
 

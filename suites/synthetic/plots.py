@@ -14,6 +14,7 @@ def plot_accuracy_vs_state(rows: Sequence[dict[str, Any]], path: Path, title: st
     task's chance level dashed. Drawn on a bare ``Figure`` (Agg canvas), so no global backend is touched."""
     import matplotlib
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     mixers = list(dict.fromkeys(r["mixer"] for r in rows))
@@ -41,6 +42,7 @@ def plot_accuracy_vs_state(rows: Sequence[dict[str, Any]], path: Path, title: st
         if len(chances) == 1:
             ax.axhline(chances.pop(), color="grey", ls="--", lw=0.8)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels (2x10^4, 3x10^4, ...) overlap
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(task, fontsize=9)
         ax.set_xlabel("decode state (floats)", fontsize=8)
