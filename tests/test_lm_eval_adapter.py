@@ -175,8 +175,9 @@ def test_rolling_perplexity_equals_the_perplexity_suite(protot_checkpoint, lm, t
     tokens of context instead. So the documents are cut to exactly 1, 2 and 4 windows of tokens, plus one
     shorter than a window (a single window, the same on both sides): then every token of every text has the
     same context on both sides. What remains is that the suite also predicts each document's closing
-    end-of-text, which moves perplexity by well under 1% here; the test also adds those targets' NLL (one
-    forward pass of the suite's last window per document) to lm-eval's total and demands agreement to 1e-4."""
+    end-of-text, which moves perplexity by about 1% here (how much depends on the trained model); the test then
+    adds those targets' NLL (one forward pass of the suite's last window per document) to lm-eval's total and
+    demands agreement to 1e-4."""
     model, _ = load_model(protot_checkpoint)
     tokenizer, L = lm.tok, model.config.context
     chapters = moby_chapters(4)
@@ -196,7 +197,7 @@ def test_rolling_perplexity_equals_the_perplexity_suite(protot_checkpoint, lm, t
     logliks = [s["filtered_resps"][0] for s in results["samples"]["t_ppl"]]
     n_tokens = sum(len(tokenizer.encode(d)) for d in documents)
     assert metrics["ppl"].n == n_tokens + len(documents)  # + each closing end-of-text
-    assert math.exp(-sum(logliks) / n_tokens) == pytest.approx(metrics["ppl"].value, rel=0.01)
+    assert math.exp(-sum(logliks) / n_tokens) == pytest.approx(metrics["ppl"].value, rel=0.03)
 
     eos_nll = 0.0
     with torch.no_grad():
@@ -251,4 +252,22 @@ def test_cli_runs_are_keyed_by_weight_hash_and_task_content(protot_checkpoint, t
     capsys.readouterr()
     assert main(["leaderboard", "--results", str(results), "--format", "json", "--all"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]  # zero-shot scores sit in their own lm-eval columns
-    assert row["mixer"] == "protot" and "lm-eval/tiny_mc/acc" in row["cells"]
+    (column,) = [c for c in row["cells"] if c.startswith("lm-eval[") and c.endswith("/tiny_mc/acc")]
+    assert row["mixer"] == "protot" and "tasks=tiny_mc" in column  # an ad-hoc task list: labelled with it
+
+
+def test_a_plan_with_lm_eval_among_its_suites_stores_and_boards_it(tmp_path, capsys):
+    """lm-eval is a registered suite: a plan runs it like any other (its bundled offline stand-in task), keyed by
+    the one identity, and the board gets its column."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("preset: tiny\nmixers: [protot]\nsuites:\n  lm-eval: {limit: 40}\n  perplexity: {max_windows: 8}\n"
+                    "train: {token_budget: 4096}\ndata: {max_train_docs: 20}\n")
+    results = tmp_path / "results"
+    assert main(["run", str(plan), "--results", str(results), "--no-progress"]) == 0
+    assert "1 model(s) trained, 2 run(s) written" in capsys.readouterr().out
+    assert main(["run", str(plan), "--results", str(results), "--no-progress"]) == 0
+    assert "0 model(s) trained, 0 run(s) written" in capsys.readouterr().out  # predicted and skipped
+    assert main(["leaderboard", "--results", str(results), "--format", "json", "--all"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    acc = row["cells"]["lm-eval/standin_sentiment_zeroshot/acc"]
+    assert 0.0 <= acc["value"] <= 1.0 and acc["role"] == "score" and acc["interval"]["kind"] == "normal"
