@@ -3,8 +3,8 @@
 Each row of :data:`ROWS` is a command line (built from the module's :class:`World`: a trained tiny checkpoint, a
 results store holding one run, bad data files and plans), the exit status it must end with, and a fragment of
 its one-line message. Every file under the world's folder is hashed before and after each row: a refused command
-leaves the store, the checkpoint and the data byte-identical. The store/publish rows are added by issue 19's
-other half (tests/test_secrets.py and the publish guard).
+leaves the store, the checkpoint, the data and a published site byte-identical. Secrets are tested in
+tests/test_secrets.py.
 """
 
 from __future__ import annotations
@@ -55,6 +55,16 @@ def make_data(root: Path) -> None:
     (root / "a-folder").mkdir()
 
 
+def edit_checkpoint(source: Path, out: Path) -> None:
+    """A copy of a checkpoint whose config.json was edited after training to a value with the same weight shapes
+    (the mass floor): it would load and score silently as another model."""
+    shutil.copytree(source, out)
+    for config in out.rglob("config.json"):
+        meta = json.loads(config.read_text())
+        meta["run_spec"]["model"]["mixer_config"]["mass_floor"] = 1e-3
+        config.write_text(json.dumps(meta))
+
+
 def long_text(i: int) -> str:
     words = "the quick brown fox jumps over a lazy dog while seven wizards quietly box in the jungle".split()
     return " ".join(words[(i + k) % len(words)] for k in range(400))
@@ -69,6 +79,9 @@ def world(protot_checkpoint, tmp_path_factory):
     make_data(root)
     for name, body in PLANS.items():
         write_plan(root, name, body)
+    assert main(["publish", "--results", str(store), "--out", str(root / "site")]) == 0  # a live site
+    (root / "empty-store" / "runs").mkdir(parents=True)  # a store that holds no run
+    edit_checkpoint(protot_checkpoint, root / "edited")
     busy = root / "busy"
     holder = subprocess.Popen(  # a second process really holds the lock, as a concurrent `mixbench train` would
         [sys.executable, "-c", "import sys; from harness.checkpoint import writer_lock\n"
@@ -164,6 +177,20 @@ ROWS = [
      2, "a-folder is a folder; give a file name"),
     ("leaderboard into a missing folder", lambda w: ["leaderboard", "--results", str(w.store), "--output",
                                                       w.path("nowhere/board.md")], 2, "nowhere does not exist"),
+    # ---- item 3: reading and destructive commands on what is not a store
+    ("leaderboard of a missing store", lambda w: ["leaderboard", "--results", w.path("no-store")], 2,
+     "no results store at"),
+    ("leaderboard of a file", lambda w: ["leaderboard", "--results", w.path("empty.txt")], 2,
+     "is a file, not a results store folder"),
+    ("publish a missing store", lambda w: ["publish", "--results", w.path("no-store"), "--out", w.path("site")], 2,
+     "no results store at"),
+    ("publish an empty store over a site", lambda w: ["publish", "--results", w.path("empty-store"), "--out",
+                                                       w.path("site")], 2,
+     "holds no runs, so publishing it would replace the site in"),
+    # ---- item 6: a checkpoint's stored identity is verified on load
+    ("edited checkpoint config", lambda w: ["eval", "--suite", "perplexity", "--checkpoint", w.path("edited"),
+                                             "--results", str(w.store), "--no-progress"], 2,
+     ("config.json no longer matches the model it was trained as", "mass_floor 1e-06 -> 0.001")),
     # ---- item 5: memory is checked before long work
     ("context past memory", lambda w: ev(w, "context=10000000", "batch_size=64"), 2,
      ("perplexity: scoring 64 windows of up to 10,000,000 tokens at a time needs about", " GiB at its peak (",
