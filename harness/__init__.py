@@ -1,11 +1,10 @@
 """mixbench core: registry, configs, backbone, training, data, results store, leaderboard, CLI."""
 
-import os
+from harness.provenance import choose_threading_policy
 
-# Set before torch is imported: with OpenMP's default busy-waiting, two threads on a 2-core machine that also
-# runs anything else (a second process, CI's other jobs) make each step up to 10-100x slower; passive waiting
-# costs nothing measurable when the machine is quiet. A user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP reads its wait policy once, when torch loads it: choose it before anything imports torch (a short spin,
+# then sleep; a user's own setting wins; worker processes get theirs from harness.executors).
+choose_threading_policy()
 
 from harness.errors import ConfigError, MixbenchError, UnknownNameError
 from harness.mixer import Mixer, Unit, state_floats

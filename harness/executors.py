@@ -12,6 +12,11 @@ that sees both: a shared folder or an fsspec URL for the store, the same data so
   ``address="auto"`` or ``ray://host:10001`` joins an existing one. A task killed with its node is retried
   by Ray, and the retry resumes from the checkpoint the job had written.
 
+Threads: workers of ``process`` and ``ray`` share the machine's cores, so each gets its job's ``cpus`` as its
+thread count (the pool never gives more threads than the cores allow side by side) and OpenMP's PASSIVE wait
+policy, set in its environment before it starts (:func:`harness.provenance.worker_environment`); a spinning
+thread there would burn a core another worker needs. ``local`` keeps the process's own policy.
+
 Errors raised in a worker come back as the message a user needs (``MixbenchError``) or the worker's
 traceback as text (anything else), since exception objects do not always survive pickling.
 """
@@ -33,10 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError, MixbenchError
+from harness.provenance import worker_environment
 
 EXECUTORS = ("local", "process", "ray")
-# Forwarded to Ray workers: the cache location, offline switches and thread settings (never credentials).
-_FORWARD_ENV = ("MIXBENCH_", "HF_", "TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")
+# Forwarded to Ray workers: the cache location and offline switches (never credentials). Thread settings are
+# per task (harness.provenance.worker_environment), never the driver's own.
+_FORWARD_ENV = ("MIXBENCH_", "HF_", "TOKENIZERS_PARALLELISM")
 
 
 class WorkerError(RuntimeError):
@@ -69,11 +76,29 @@ def _threads_for(job: Any) -> int:
     return max(1, int(getattr(resources, "cpus", 1) or 1))
 
 
-def _portable_call(fn: Callable[..., Any], job: Any, *args: Any) -> Any:
-    """``fn(job, *args)`` in a worker: torch uses the job's CPUs, and errors come back in picklable form."""
+@contextlib.contextmanager
+def _environment(changes: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``changes`` applied inside the block: the environment a spawned process inherits.
+    OpenMP reads its thread count and wait policy when torch loads, which in a spawned worker happens while it
+    unpickles its first call, before any code of ours could run there."""
+    saved = {k: os.environ.get(k) for k in changes}
+    try:
+        os.environ.update(changes)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _portable_call(fn: Callable[..., Any], job: Any, *args: Any, threads: int | None = None) -> Any:
+    """``fn(job, *args)`` in a worker: torch uses ``threads`` (default: the job's CPUs), and errors come back in
+    picklable form."""
     import torch
 
-    torch.set_num_threads(_threads_for(job))
+    torch.set_num_threads(threads or _threads_for(job))
     torch.set_flush_denormal(True)  # as the CLI does (see harness.cli.main)
     try:
         return fn(job, *args)
@@ -176,19 +201,30 @@ class ProcessExecutor(Executor):
         widest = max((getattr(getattr(j, "resources", None), "cpus", 1.0) for j in jobs), default=1.0)
         return max(1, min(len(jobs), int((os.cpu_count() or 1) // max(widest, 1.0))))
 
+    def worker_threads(self, jobs: Sequence[Any], pool_size: int) -> int:
+        """Intra-op threads per worker: the widest job's ``cpus``, but never more than the cores allow for
+        ``pool_size`` workers side by side (oversubscribed cores make every thread wait for descheduled ones)."""
+        widest = max((_threads_for(j) for j in jobs), default=1)
+        return max(1, min(widest, (os.cpu_count() or 1) // pool_size))
+
     def describe(self) -> str:
         return f"a local process pool ({self.workers or 'auto'} workers)"
 
     def map(self, fn, jobs, *args):
         if not jobs:
             return
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=self.pool_size(jobs), mp_context=multiprocessing.get_context("spawn")
-        )
-        pids = tempfile.mkdtemp(prefix="mixbench-pool-")  # job index -> pid of the worker that runs it
-        futures = {
-            self._pool.submit(_pid_noting_call, pids, i, fn, job, *args): (i, job) for i, job in enumerate(jobs)
-        }
+        size = self.pool_size(jobs)
+        threads = self.worker_threads(jobs, size)
+        # workers are spawned while jobs are submitted: inside the block, so they inherit its environment
+        with _environment(worker_environment(threads)):
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=size, mp_context=multiprocessing.get_context("spawn")
+            )
+            pids = tempfile.mkdtemp(prefix="mixbench-pool-")  # job index -> pid of the worker that runs it
+            futures = {
+                self._pool.submit(_pid_noting_call, pids, i, fn, job, *args, threads=threads): (i, job)
+                for i, job in enumerate(jobs)
+            }
         try:
             for future in concurrent.futures.as_completed(futures):
                 index, job = futures[future]
@@ -297,7 +333,9 @@ class RayExecutor(Executor):
         refs = {}
         for job in jobs:
             res = getattr(job, "resources", None)
-            options = {"num_cpus": res.cpus, "num_gpus": res.gpus} if res is not None else {}
+            options: dict[str, Any] = {"num_cpus": res.cpus, "num_gpus": res.gpus} if res is not None else {}
+            # per-task variables are merged with the job-level ones and set before the worker process starts
+            options["runtime_env"] = {"env_vars": worker_environment(_threads_for(job))}
             refs[task.options(**options, name=f"mixbench {getattr(job, 'label', '')}").remote(fn, job, *args)] = job
         pending = list(refs)
         try:

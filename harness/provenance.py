@@ -123,11 +123,79 @@ def provenance() -> dict[str, Any]:
     }
 
 
+#: OpenMP wait policy recorded when the variable is not set: libgomp's own default (spin a while, then sleep)
+DEFAULT_WAIT_POLICY = "default"
+#: busy-wait spins of an idle OpenMP thread before it sleeps, in a single mixbench process (libgomp's
+#: ``GOMP_SPINCOUNT``). libgomp's default, 300,000, is several milliseconds of spinning at every barrier: on a
+#: machine that also runs other work a descheduled worker then costs each small operation that long (prefill 5-25x
+#: slower at load 11 on 2 cores), while PASSIVE (no spinning) pays a futex wake-up per parallel region on a quiet
+#: one (3.5x slower ProtoT prefill). 1,000 spins (tens of microseconds) bridge the gap between two eager torch
+#: operations and give the core back soon after. Measured in benchmarks/omp_policy.py; see docs/cpu_kernels.md.
+SINGLE_PROCESS_SPINCOUNT = "1000"
+#: what worker processes that share the machine's cores (process pool, Ray) use: no spinning at all
+WORKER_WAIT_POLICY = "PASSIVE"
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_SPIN_SET_BY_MIXBENCH = "MIXBENCH_SET_GOMP_SPINCOUNT"
+
+
+def choose_threading_policy() -> None:
+    """Set this process's OpenMP wait behaviour; must run before torch is imported (``harness/__init__`` does).
+
+    A user's own ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` wins; otherwise a single process spins
+    :data:`SINGLE_PROCESS_SPINCOUNT` times before sleeping. Worker processes get :func:`worker_environment`.
+    """
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    os.environ["GOMP_SPINCOUNT"] = SINGLE_PROCESS_SPINCOUNT
+    os.environ[_SPIN_SET_BY_MIXBENCH] = "1"  # so workers can tell it from a user's setting
+
+
+def worker_environment(threads: int) -> dict[str, str]:
+    """Environment variables for a worker process that shares the cores with others: ``threads`` OpenMP/MKL
+    threads and the wait policy that never spins (a spinning thread burns a core another worker needs), unless the
+    user chose a policy. Applied before the worker starts, since OpenMP reads them when torch loads. The spin count
+    is set to 0 rather than removed: a Ray worker inherits the driver's environment under the task's variables."""
+    env = {name: str(int(threads)) for name in _THREAD_VARIABLES}
+    if os.environ.get(_SPIN_SET_BY_MIXBENCH) == "1" or (
+        "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
+    ):
+        env.update({"OMP_WAIT_POLICY": WORKER_WAIT_POLICY, "GOMP_SPINCOUNT": "0"})
+    return env
+
+
+def threading_policy() -> dict[str, Any]:
+    """How this process runs CPU kernels: OpenMP's wait policy and spin count, torch's intra-/inter-op threads.
+
+    The policy is read from the environment, as the OpenMP runtime saw it when torch loaded it (a later change has
+    no effect, and mixbench sets it only before torch loads: :func:`choose_threading_policy`).
+    Speed numbers depend on all three (docs/ARCHITECTURE.md, "Speed"): they are part of
+    :func:`device_descriptor`, hence of the identity of every device-dependent run.
+    """
+    import torch
+
+    policy = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() or DEFAULT_WAIT_POLICY
+    return {
+        "omp_wait_policy": policy,
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", "").strip() or DEFAULT_WAIT_POLICY,
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+    }
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages now (None where the OS has none): recorded with speed numbers, never
+    part of an identity."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def device_descriptor(device: Any) -> dict[str, Any]:
-    """What a speed number depends on besides the code: device type and name, and CPU threads.
+    """What a speed number depends on besides the code: device type and name, and how CPU work is threaded.
 
     Part of the run identity of device-dependent suites (throughput), so the same checkpoint measured on
-    another device is another run rather than a cache hit.
+    another device, or under another thread count or OpenMP wait policy, is another run rather than a cache hit.
     """
     import torch
 
@@ -136,4 +204,4 @@ def device_descriptor(device: Any) -> dict[str, Any]:
         name = torch.cuda.get_device_name(device)
     else:
         name = _cpu_model() or "cpu"
-    return {"type": device.type, "name": name, "threads": torch.get_num_threads()}
+    return {"type": device.type, "name": name, **threading_policy()}
