@@ -25,6 +25,9 @@ import numpy as np
 
 from harness.stats import Interval, percentile_interval, range_interval
 
+#: resamples behind every bootstrap interval of a timing statistic
+BOOTSTRAP_RESAMPLES = 2000
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -54,23 +57,32 @@ class Timings:
 
     def ratio(self, numerator: str, denominator: str, level: float = 0.95) -> "Ratio":
         """Per-round ``numerator / denominator`` (paired by round): median and percentile interval over rounds."""
-        a, b = np.asarray(self.seconds[numerator]), np.asarray(self.seconds[denominator])
+        n = min(len(self.seconds[numerator]), len(self.seconds[denominator]))
+        a, b = np.asarray(self.seconds[numerator][:n]), np.asarray(self.seconds[denominator][:n])
         per_round = a / b
-        interval = None
-        if per_round.size >= 2:
-            # resample rounds: a bootstrap of the median of the paired ratios
-            from harness.stats import resample_indices
-
-            idx = resample_indices(per_round.size, 2000, seed=0)
-            interval = percentile_interval(np.median(per_round[idx], axis=1), level)
+        interval = percentile_interval(median_replicates(per_round), level) if per_round.size >= 2 else None
         return Ratio(float(np.median(per_round)), interval, per_round.tolist())
 
 
 @dataclass(frozen=True)
 class Ratio:
+    """A paired time ratio: the median over rounds, its bootstrap interval (rounds resampled) and every round's."""
+
     median: float
     interval: Interval | None
     per_round: list[float]
+
+
+def median_replicates(per_round: Sequence[float], n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Bootstrap replicates of the median over rounds (rounds resampled with replacement): what every interval of
+    a timing median or ratio is the percentile interval of, and what a statistic of several points' medians (a
+    crossover, a scaling exponent) is recomputed on, one replicate at a time."""
+    from harness.stats import resample_indices
+
+    values = np.asarray(per_round, dtype=np.float64)
+    if values.size == 0:
+        return np.empty(0)
+    return np.median(values[resample_indices(values.size, n_resamples, seed=seed)], axis=1)
 
 
 def _sync(device: str) -> None:
@@ -106,11 +118,14 @@ def interleaved(
     max_warmup: int = 10,
     settle_spread: float = 0.15,
     budget_s: float | None = None,
+    warmup_budget_s: float | None = None,
 ) -> Timings:
     """Time every candidate in ``repeats`` interleaved rounds after a warm-up that lasts until timings settle.
 
     The order within a round alternates (A B, then B A) so neither candidate always runs right after the other.
-    ``budget_s`` caps the timed rounds (at least two are kept) when a point turns out slower than planned.
+    ``budget_s`` caps the timed rounds (at least two are kept) when a point turns out slower than planned;
+    ``warmup_budget_s`` ends the warm-up after ``min_warmup`` rounds once it has taken that long, settled or not
+    (``Timings.settled`` and a note say so).
     """
     if not candidates:
         raise ValueError("interleaved: nothing to time")
@@ -118,17 +133,25 @@ def interleaved(
     if len(set(names)) != len(names):
         raise ValueError(f"interleaved: candidate names must be distinct, got {names}")
     warm: dict[str, list[float]] = {c.name: [] for c in candidates}
-    rounds, settled = 0, False
-    while rounds < max_warmup:
+    rounds, settled, out_of_time = 0, False, False
+    t_warm = time.perf_counter()
+    while rounds < max(max_warmup, min_warmup):
         for c in _order(candidates, rounds):
             warm[c.name].append(time_call(c))
         rounds += 1
-        if rounds >= min_warmup and all(_spread(v[-3:]) <= settle_spread for v in warm.values()):
+        if rounds < min_warmup:
+            continue
+        if all(_spread(v[-3:]) <= settle_spread for v in warm.values()):
             settled = True
             break
+        if warmup_budget_s is not None and time.perf_counter() - t_warm > warmup_budget_s:
+            out_of_time = True
+            break
     timings = Timings({c.name: [] for c in candidates}, rounds, settled)
-    if not settled:
-        timings.notes.append(f"timings had not settled within {max_warmup} warm-up rounds (spread > {settle_spread})")
+    if out_of_time:
+        timings.notes.append(f"warm-up stopped unsettled after {rounds} rounds (time budget {warmup_budget_s:g} s)")
+    elif not settled:
+        timings.notes.append(f"timings had not settled within {rounds} warm-up rounds (spread > {settle_spread})")
     t0 = time.perf_counter()
     for r in range(repeats):
         for c in _order(candidates, r):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ from harness.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec
 from harness.suite import SuiteContext
 from suites.throughput import Throughput, ThroughputConfig, analysis
-from suites.throughput.measure import measure_point
+from suites.throughput.measure import TimingPlan, measure_point, measure_points
 
 GRID = [256, 512, 1024, 2048, 4096, 8192]
 
@@ -53,11 +54,12 @@ def tiny_model(mixer: str):
 
 def test_out_of_memory_point_is_recorded_and_the_sweep_continues(tmp_path):
     model = tiny_model("protot")
-    oom = measure_point(model, "train", 4096, 4, torch.device("cpu"), 1, 0, 4, memory_cap=1 << 20)
+    plan = TimingPlan(repeats=2)
+    oom = measure_point(model, "train", 4096, 4, torch.device("cpu"), plan, 4, memory_cap=1 << 20)
     assert oom.status == "oom" and oom.seconds is None and oom.detail
-    ok = measure_point(model, "train", 16, 1, torch.device("cpu"), 2, 1, 4, memory_cap=None)
+    ok = measure_point(model, "train", 16, 1, torch.device("cpu"), plan, 4, memory_cap=None)
     assert ok.status == "ok" and ok.seconds > 0  # the address-space cap was lifted again
-    cfg = ThroughputConfig(lengths=(16, 4096), batch_sizes=(8,), repeats=1, warmup=0, reference="", memory_cap_mb=2)
+    cfg = ThroughputConfig(lengths=(16, 4096), batch_sizes=(8,), repeats=1, reference="", memory_cap_mb=2)
     result = Throughput(cfg).run(model, SuiteContext(None, tmp_path, progress=False))
     statuses = {(s["mode"], s["length"]): s["status"] for s in result.samples}
     assert len(statuses) == 6  # every point of the grid is accounted for
@@ -67,25 +69,94 @@ def test_out_of_memory_point_is_recorded_and_the_sweep_continues(tmp_path):
 
 def test_suite_measures_the_grid_and_derives_metrics(tmp_path):
     model = tiny_model("protot")
-    cfg = ThroughputConfig(lengths=(16, 32, 64, 128), repeats=2, warmup=1, decode_tokens=2)
+    cfg = ThroughputConfig(lengths=(16, 32, 64, 128), repeats=3, decode_tokens=2)
     result = Throughput(cfg).run(model, SuiteContext(None, tmp_path, progress=False))
     metrics = {m.name: m for m in result.metrics}
     for name in ("train_tok_s", "prefill_tok_s", "decode_ms", "prefill_exponent", "train_exponent", "decode_ratio",
                  "crossover_prefill", "crossover_decode", "crossover_train", "state_floats_max",
-                 "kernel_gflops", "matmul_gflops", "kernel_peak_fraction"):
+                 "train_time_ratio", "prefill_time_ratio", "decode_time_ratio"):
         assert name in metrics, name
-    assert metrics["train_tok_s"].ci_low <= metrics["train_tok_s"].value <= metrics["train_tok_s"].ci_high
-    assert 0 < metrics["kernel_peak_fraction"].value < 1
+    for name in ("train_tok_s", "prefill_tok_s", "decode_ms"):
+        m = metrics[name]
+        assert m.role == "speed" and m.interval.kind == "range" and m.interval.low <= m.value <= m.interval.high
     assert metrics["state_floats_max"].value == model.state_size(128)
     models = {s["model"] for s in result.samples}
     assert models == {"measured", "reference"} and len(result.samples) == 2 * 3 * 4
     assert all(p.exists() and p.stat().st_size > 1000 for p in result.plots)
-    crossover = metrics["crossover_prefill"].value
-    assert math.isnan(crossover) or 16 <= crossover <= 128
+    # every point of both models was timed in the same rounds: as many rounds each, at least 3 warm-up rounds
+    by_key = {(s["model"], s["mode"], s["length"]): s for s in result.samples}
+    for (tag, mode, length), sample in by_key.items():
+        assert len(sample["rounds"]) == 3 and sample["warmup_rounds"] >= 3, (tag, mode, length)
+    # the reported ratio is the median of the per-round ratios of the two models' rounds, with a bootstrap interval
+    for mode in ("train", "prefill", "decode"):
+        mine, ref = by_key[("measured", mode, 16)], by_key[("reference", mode, 16)]
+        per_round = [a / b for a, b in zip(mine["rounds"], ref["rounds"])]
+        assert mine["ratio"] == pytest.approx(float(np.median(per_round)))
+        ratio = metrics[f"{mode}_time_ratio"]
+        assert ratio.role == "speed" and ratio.interval.kind == "bootstrap" and ratio.interval.level == 0.95
+        assert min(per_round) <= ratio.interval.low <= ratio.interval.high <= max(per_round)
+        # the crossover is the one the per-length paired ratios give
+        ratios = {t: by_key[("measured", mode, t)]["ratio"] for t in (16, 32, 64, 128)}
+        expected = analysis.crossover_from_ratios(ratios)
+        crossover = metrics[f"crossover_{mode}"].value
+        assert (math.isnan(crossover) and expected is None) or crossover == pytest.approx(expected)
+    assert result.info["load_average_start"] is not None and len(result.info["load_average_start"]) == 3
+    assert {"omp_wait_policy", "gomp_spincount", "threads", "interop_threads"} <= set(result.info["device"])
+    declared = model.mixers[0].kernel_benchmark(1, 128, torch.device("cpu")) is not None
+    assert ("kernel_peak_fraction" in metrics) == declared  # only for a mixer that declares its kernel
+
+
+def test_kernel_peak_fraction_of_a_declared_kernel(tmp_path, monkeypatch):
+    """A mixer whose kernel benchmark is a dense matmul of the peak's own size reaches a fraction near 1: the
+    fraction is (kernel FLOPs / kernel time) / (matmul FLOPs / matmul time), paired per round."""
+    from harness.mixer import KernelBenchmark
+    from suites.throughput import PEAK_MATMUL, kernel_efficiency
+
+    model = tiny_model("attention")
+    n = PEAK_MATMUL
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    bench = KernelBenchmark(run=lambda: torch.mm(a, b), flops=2.0 * n**3, label="matmul stand-in")
+    monkeypatch.setattr(type(model.mixers[0]), "kernel_benchmark", lambda self, batch, seq_len, device: bench)
+    metrics = {m.name: m for m in kernel_efficiency(model, 1, 64, torch.device("cpu"), repeats=5)}
+    fraction = metrics["kernel_peak_fraction"]
+    assert 0.5 < fraction.value < 2.0 and fraction.interval.kind == "bootstrap"
+    assert metrics["kernel_gflops"].value > 0 and metrics["matmul_gflops"].interval.kind == "range"
+    assert "matmul stand-in" in fraction.unit
+
+
+def test_two_models_are_timed_in_alternating_rounds():
+    """measure_points times both models in one interleaved schedule: their calls alternate after the first calls."""
+    calls = []
+    models = {name: tiny_model("protot") for name in ("a", "b")}
+    for name, m in models.items():
+        m.register_forward_pre_hook(lambda module, args, _n=name: calls.append(_n))
+    points = measure_points(models, "prefill", 16, 1, torch.device("cpu"), TimingPlan(repeats=4), 2, None)
+    assert calls[:2] == ["a", "b"]  # the lone first calls (peak memory, OOM probe)
+    rounds = calls[2:]
+    assert sorted(set(rounds)) == ["a", "b"] and rounds.count("a") == rounds.count("b")
+    assert all(rounds[i] != rounds[i + 1] or i % 2 == 1 for i in range(len(rounds) - 1))  # A B | B A | A B ...
+    assert points["a"].ratio is not None and points["b"].ratio is None and len(points["a"].rounds) == 4
+
+
+def test_crossover_from_paired_ratios():
+    assert analysis.crossover_from_ratios({256: 2.0, 1024: 0.5}) == pytest.approx(512.0)  # log-log midpoint
+    assert analysis.crossover_from_ratios({256: 2.0, 1024: None}) is None  # the mixer ran out of memory
+    assert analysis.crossover_from_ratios({256: 2.0, 1024: 0.0}) == 1024.0  # only the reference did
+    assert analysis.crossover_from_ratios({256: 0.9, 1024: 0.5}) == 256.0
+
+
+def test_bootstrap_of_a_multi_point_statistic():
+    """Each point's median is resampled from its rounds: identical rounds give a zero-width interval at the
+    point value; a statistic undefined in some replicate gives no interval."""
+    rounds = {256: [1.0] * 5, 1024: [4.0] * 5}
+    iv = analysis.bootstrap_statistic(rounds, analysis.scaling_exponent)
+    assert iv.kind == "bootstrap" and iv.low == pytest.approx(1.0) and iv.high == pytest.approx(1.0)
+    noisy = {256: [2.0, 2.1, 1.9, 0.5, 2.0], 1024: [0.5, 0.6, 0.4, 2.5, 0.5]}
+    assert analysis.bootstrap_statistic(noisy, analysis.crossover_from_ratios) is None  # some replicate: no crossing
 
 
 def test_reference_is_skipped_for_itself(tmp_path):
-    cfg = ThroughputConfig(lengths=(16, 32), repeats=1, warmup=0, modes=("prefill",))
+    cfg = ThroughputConfig(lengths=(16, 32), repeats=1, modes=("prefill",))
     result = Throughput(cfg).run(tiny_model("attention"), SuiteContext(None, tmp_path, progress=False))
     assert not [m for m in result.metrics if m.name.startswith("crossover")]
     assert {s["model"] for s in result.samples} == {"measured"}

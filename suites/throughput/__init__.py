@@ -7,35 +7,42 @@ its weights do not matter for speed), every point of a (mode x context x batch) 
 * ``prefill`` - a forward that builds the decode state (tokens/s),
 * ``decode``  - per-token latency of ``step()`` with the state already holding T tokens (ms/token).
 
-Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper half of the
-grid) for prefill and training; the crossover length from which it is faster than the reference, per mode
-(interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio longest/shortest
-context; peak memory; decode state floats. For ProtoT, the chunked kernel's achieved FLOP/s as a fraction of
-this machine's dense-matmul rate measured in the same run. Timing spreads are the [min, max] over repeats.
+At every point the two models are timed in alternating rounds (``suites/throughput/measure.py``, through
+:func:`harness.timing.interleaved`), so their time ratio is taken per round and reported as its median with a
+bootstrap interval over rounds; the crossovers come from those paired ratios, never from two tables measured at
+different times. Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
+half of the grid) for prefill and training; the crossover length from which it is faster than the reference, per
+mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
+longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns
+one, its kernel's achieved FLOP/s as a fraction of this machine's dense-matmul rate, the two timed interleaved.
+Intervals: ``range`` (min-max over rounds) for rates and latencies, ``bootstrap`` (rounds resampled) for ratios
+and for the statistics derived from several points.
 
-Throughput depends on hardware, so the device (type, name, threads) is part of the run's identity: the same
-checkpoint measured on a GPU is a different run from the CPU one. Speed is measured on random token ids and
-the attention model is timed past its training context (cost does not depend on what the positions mean).
+Throughput depends on hardware and on how CPU work is threaded, so the device (type, name, thread counts and
+OpenMP wait policy: :func:`harness.provenance.device_descriptor`) is part of the run's identity; the load average
+at the start and end of the run is recorded in its info, not in the identity. Speed is measured on random token
+ids and the attention model is timed past its training context (cost does not depend on what the positions mean).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from harness.backbone import build_model
 from harness.config import ModelSpec, as_tuple, to_dict
 from harness.errors import ConfigError
-from harness.provenance import device_descriptor
+from harness.provenance import device_descriptor, load_average
 from harness.registry import register_suite
 from harness.stats import Interval
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from harness.timing import Candidate, interleaved
+from harness.values import option
 from suites.throughput import analysis
-from suites.throughput.measure import MODES, Point, measure_point, timed
+from suites.throughput.measure import MODES, Point, TimingPlan, measure_points
 from suites.throughput.plots import plot_tables
 
 CPU_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
@@ -44,15 +51,16 @@ GPU_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 @dataclass(frozen=True)
 class ThroughputConfig:
-    lengths: tuple[int, ...] = ()  # () = the device default: 256..8192 on CPU, 1k..64k on GPU
-    batch_sizes: tuple[int, ...] = (1,)
-    modes: tuple[str, ...] = MODES
-    repeats: int = 5
-    warmup: int = 1
-    decode_tokens: int = 8  # decode steps per timed call
+    lengths: tuple[int, ...] = option((), min=2)  # () = the device default: 256..8192 on CPU, 1k..64k on GPU
+    batch_sizes: tuple[int, ...] = option((1,), "batch sizes measured (the first one makes the tables)", min=1)
+    modes: tuple[str, ...] = option(MODES, "what is timed", choices=MODES)
+    repeats: int = option(5, "timed rounds per point (the median is reported)", min=1)
+    warmup: int = option(3, "least warm-up rounds per point (more until the timings settle)", min=3)
+    max_warmup: int = option(8, "most warm-up rounds per point", min=3)
+    decode_tokens: int = option(8, min=1)  # decode steps per timed call
     reference: str = "attention"  # "" = no reference (no crossovers)
-    max_point_seconds: float = 30.0  # a warm-up slower than this skips the longer contexts of that mode
-    memory_cap_mb: int = 0  # CPU only: cap the address space per point (forces OOM in tests); 0 = none
+    max_point_seconds: float = option(30.0, gt=0)  # a warm-up slower than this skips the longer contexts of that mode
+    memory_cap_mb: int = option(0, min=0)  # CPU only: cap the address space per point (forces OOM in tests); 0 = none
 
     def __post_init__(self) -> None:
         for name, cast in (("lengths", int), ("batch_sizes", int), ("modes", str)):
@@ -63,37 +71,55 @@ class ThroughputConfig:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown or not self.modes:
             raise ConfigError(f"throughput: modes must be among {', '.join(MODES)}, got {list(self.modes)}.")
-        if self.repeats < 1 or self.warmup < 0 or self.decode_tokens < 1 or self.max_point_seconds <= 0:
-            raise ConfigError("throughput: repeats and decode_tokens must be >= 1, warmup >= 0, max_point_seconds > 0.")
+        if self.repeats < 1 or self.decode_tokens < 1 or self.max_point_seconds <= 0:
+            raise ConfigError("throughput: repeats and decode_tokens must be >= 1 and max_point_seconds > 0.")
+        if not 3 <= self.warmup <= self.max_warmup:
+            raise ConfigError(
+                f"throughput: warm-up takes 3 <= warmup <= max_warmup rounds, got warmup={self.warmup}, "
+                f"max_warmup={self.max_warmup}."
+            )
         if self.memory_cap_mb < 0:
             raise ConfigError("throughput: memory_cap_mb must be >= 0.")
 
 
 Tables = dict[str, dict[int, Point]]  # mode -> length -> point (first batch size)
-_REFERENCE_CACHE: dict[str, tuple[Tables, list[Point]]] = {}
+#: reference models, one per (backbone, reference mixer, device) in a process. Only the model is reused: its
+#: timings never are, since every point pairs it with the model under test in the same rounds.
+_REFERENCE_MODELS: dict[str, object] = {}
 
 
 @register_suite("throughput", config=ThroughputConfig)
 class Throughput(Suite):
+    #: three lengths spanning 16x: the exponent is fitted over the upper half (1024-4096); 8192 (the full CPU
+    #: grid) alone costs minutes per mixer
+    quickstart: ClassVar[dict[str, Any] | None] = {"lengths": (256, 1024, 4096), "repeats": 3, "max_point_seconds": 10.0}
     headline: ClassVar[tuple[str, ...]] = (
         "train_tok_s", "prefill_tok_s", "prefill_exponent", "crossover_prefill", "decode_ratio",
     )  # fmt: skip
     device_dependent: ClassVar[bool] = True
+    #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios
+    version: ClassVar[int] = 2
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         cfg = self.cfg
+        load_start = load_average()
         device = next(model.parameters()).device
         lengths = cfg.lengths or (GPU_LENGTHS if device.type == "cuda" else CPU_LENGTHS)
-        points = self._sweep(model, lengths, device, ctx, label=model.spec.mixer)
-        tables = _tables(points, cfg.batch_sizes[0])
-        reference_tables = None
+        reference = None
         if cfg.reference and cfg.reference != model.spec.mixer:
-            reference_tables, ref_points = self._reference(model, lengths, device, ctx)
-            points = points + [_tagged(p, "reference") for p in ref_points]
+            reference = self._reference_model(model, device)
+        points, ref_points = self._sweep(model, reference, lengths, device, ctx)
+        tables = _tables(points, cfg.batch_sizes[0])
+        reference_tables = _tables(ref_points, cfg.batch_sizes[0]) if reference is not None else None
         metrics = self._metrics(model, tables, reference_tables, lengths, device)
         plots = plot_tables(ctx.work_dir, model.spec.mixer, tables, cfg.reference, reference_tables)
+        points = points + [_tagged(p, "reference") for p in ref_points]
         info = {
             "device": device_descriptor(device),
+            "load_average_start": load_start,
+            "load_average_end": load_average(),
+            "timing": {"rounds": cfg.repeats, "min_warmup": cfg.warmup, "max_warmup": cfg.max_warmup,
+                       "interleaved_with": cfg.reference if reference is not None else None},
             "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
             "kernel": model.kernel,
             "packages": model.mixers[0].package_versions(),
@@ -108,42 +134,49 @@ class Throughput(Suite):
         return SuiteResult(metrics=metrics, samples=samples, plots=plots, info=info)
 
     # ------------------------------------------------------------------ sweeping
-    def _sweep(self, model, lengths, device, ctx: SuiteContext, label: str) -> list[Point]:
+    def _sweep(self, model, reference, lengths, device, ctx: SuiteContext) -> tuple[list[Point], list[Point]]:
+        """Every grid point of the model and, in the same interleaved rounds, of the reference (if any)."""
         cfg = self.cfg
         cap = cfg.memory_cap_mb * 2**20 if cfg.memory_cap_mb else None
-        points: list[Point] = []
+        plan = TimingPlan(cfg.repeats, cfg.warmup, cfg.max_warmup, budget_s=cfg.max_point_seconds)
+        models = {"measured": model} | ({"reference": reference} if reference is not None else {})
+        points: dict[str, list[Point]] = {name: [] for name in models}
         total = len(cfg.modes) * len(lengths) * len(cfg.batch_sizes)
         done = 0
         for mode in cfg.modes:
             for batch in cfg.batch_sizes:
-                blocked = ""
+                blocked = dict.fromkeys(models, "")
                 for length in lengths:
                     done += 1
-                    if blocked:
-                        points.append(Point(mode, length, batch, blocked.split(":")[0], detail=blocked))
+                    for name in models:
+                        if blocked[name]:
+                            points[name].append(Point(mode, length, batch, blocked[name].split(":")[0],
+                                                      detail=blocked[name]))
+                    active = {name: m for name, m in models.items() if not blocked[name]}
+                    if not active:
                         continue
-                    point = measure_point(model, mode, length, batch, device, cfg.repeats, cfg.warmup,
-                                          cfg.decode_tokens, cap)
-                    points.append(point)
+                    measured = measure_points(active, mode, length, batch, device, plan, cfg.decode_tokens, cap)
+                    for name, point in measured.items():
+                        points[name].append(point)
+                        if point.status == "oom":
+                            blocked[name] = "oom: not attempted, a shorter context already ran out of memory"
+                        elif point.seconds * (cfg.decode_tokens if mode == "decode" else 1) > cfg.max_point_seconds:
+                            blocked[name] = (f"skipped: T={length} already took more than {cfg.max_point_seconds} s "
+                                             f"per call")
                     if ctx.progress:
-                        shown = f"{point.seconds * 1e3:.2f} ms" if point.seconds else point.status
-                        print(f"[throughput {label}] {done}/{total} {mode} T={length} B={batch}: {shown}", flush=True)
-                    if point.status == "oom":
-                        blocked = "oom: not attempted, a shorter context already ran out of memory"
-                    elif point.seconds * (cfg.decode_tokens if mode == "decode" else 1) > cfg.max_point_seconds:
-                        blocked = f"skipped: T={length} already took more than {cfg.max_point_seconds} s per call"
-        return points
+                        print(f"[throughput {model.spec.mixer}] {done}/{total} {mode} T={length} B={batch}: "
+                              f"{_progress(measured)}", flush=True)
+        return points["measured"], points.get("reference", [])
 
-    def _reference(self, model, lengths, device, ctx) -> tuple[Tables, list[Point]]:
-        """The reference model's tables, measured once per process for a given backbone, grid and device."""
+    def _reference_model(self, model, device):
+        """The reference model at this backbone on this device, built once per process (weights: seed 0)."""
         spec = ModelSpec(self.cfg.reference, {}, model.config)
-        key = repr((to_dict(spec.backbone), self.cfg.reference, lengths, to_dict(self.cfg), device_descriptor(device)))
-        if key not in _REFERENCE_CACHE:
+        key = repr((to_dict(spec.backbone), self.cfg.reference, str(device)))
+        if key not in _REFERENCE_MODELS:
             reference = build_model(spec, seed=0).to(device)
             reference.set_kernel(None, device)
-            points = self._sweep(reference, lengths, device, ctx, label=f"reference {self.cfg.reference}")
-            _REFERENCE_CACHE[key] = (_tables(points, self.cfg.batch_sizes[0]), points)
-        return _REFERENCE_CACHE[key]
+            _REFERENCE_MODELS[key] = reference
+        return _REFERENCE_MODELS[key]
 
     # ------------------------------------------------------------------ metrics
     def _metrics(self, model, tables: Tables, reference: Tables | None, lengths, device) -> list[Metric]:
@@ -156,33 +189,65 @@ class Throughput(Suite):
                 return
             n_tokens = p.tokens_per_s * p.seconds
             spread = Interval(n_tokens / p.seconds_max, n_tokens / p.seconds_min, "range", None)
-            out.append(Metric(name, p.tokens_per_s, True, role="speed", interval=spread, n=p.batch, unit="tokens/s"))
+            out.append(Metric(name, p.tokens_per_s, True, role="speed", interval=spread, n=len(p.rounds),
+                              unit="tokens/s"))
 
         speed("train", "train_tok_s")
         speed("prefill", "prefill_tok_s")
         dec = tables.get("decode", {}).get(context)
         if dec is not None and dec.status == "ok":
             spread = Interval(dec.seconds_min * 1e3, dec.seconds_max * 1e3, "range", None)
-            out.append(Metric("decode_ms", dec.seconds * 1e3, False, role="speed", interval=spread, n=dec.batch,
-                              unit="ms/token"))
+            out.append(Metric("decode_ms", dec.seconds * 1e3, False, role="speed", interval=spread,
+                              n=len(dec.rounds), unit="ms/token"))
         seconds = {mode: {t: p.seconds for t, p in table.items()} for mode, table in tables.items()}
+        rounds = {mode: {t: p.rounds for t, p in table.items() if p.status == "ok"} for mode, table in tables.items()}
         for mode in ("prefill", "train"):
             if mode in seconds and (e := analysis.scaling_exponent(seconds[mode])) is not None:
-                out.append(Metric(f"{mode}_exponent", e, False, role="speed", unit="d log time / d log T"))
+                iv = analysis.bootstrap_statistic(rounds[mode], analysis.scaling_exponent)
+                out.append(Metric(f"{mode}_exponent", e, False, role="speed", interval=iv, n=len(rounds[mode]),
+                                  unit="d log time / d log T"))
         if "decode" in seconds and (r := analysis.ratio_longest_shortest(seconds["decode"])) is not None:
-            out.append(Metric("decode_ratio", r, False, role="speed", unit="latency longest / shortest context"))
+            iv = analysis.bootstrap_statistic(rounds["decode"], analysis.ratio_longest_shortest)
+            out.append(Metric("decode_ratio", r, False, role="speed", interval=iv, n=len(rounds["decode"]),
+                              unit="latency longest / shortest context"))
         if reference is not None:
-            for mode in seconds:
-                ref = {t: p.seconds for t, p in reference.get(mode, {}).items()}
-                cross = analysis.crossover(seconds[mode], ref)
-                out.append(Metric(f"crossover_{mode}", math.nan if cross is None else cross, False, role="speed",
-                                  unit="tokens"))
+            for mode, table in tables.items():
+                out += _paired_metrics(mode, table, reference.get(mode, {}), context)
         train = tables.get("train", {}).get(context)
         if train is not None and train.peak_bytes is not None:
             out.append(Metric("train_peak_mb", train.peak_bytes / 2**20, False, unit="MiB"))
         out.append(Metric("state_floats_max", float(model.state_size(max(lengths))), False, unit="floats/sequence"))
-        out += kernel_efficiency(model, max(lengths), device)
+        out += kernel_efficiency(model, self.cfg.batch_sizes[0], max(lengths), device, self.cfg.repeats)
         return out
+
+
+def _paired_metrics(mode: str, table: dict[int, Point], reference: dict[int, Point], context: int) -> list[Metric]:
+    """The paired time ratio against the reference at the model's context, and the crossover from those ratios."""
+    ratios: dict[int, float | None] = {}
+    per_round: dict[int, list[float]] = {}
+    for t, p in table.items():
+        ref = reference.get(t)
+        if p.status != "ok":
+            ratios[t] = None  # the mixer ran out of memory or was skipped: not faster
+        elif ref is None or ref.status != "ok":
+            ratios[t] = 0.0  # only the reference failed: the mixer is faster
+        elif p.ratio is not None:
+            ratios[t] = p.ratio.median
+            per_round[t] = p.ratio.per_round
+    out = []
+    at_context = table.get(context)
+    if at_context is not None and at_context.ratio is not None:
+        r = at_context.ratio
+        out.append(Metric(f"{mode}_time_ratio", r.median, False, role="speed", interval=r.interval,
+                          n=len(r.per_round), unit="time / reference time, paired rounds"))
+    cross = analysis.crossover_from_ratios(ratios)
+    fixed = {t: v for t, v in ratios.items() if t not in per_round}
+    iv = None
+    if cross is not None:
+        iv = analysis.bootstrap_statistic(per_round, analysis.crossover_from_ratios, fixed)
+    out.append(Metric(f"crossover_{mode}", math.nan if cross is None else cross, False, role="speed", interval=iv,
+                      n=len(per_round), unit="tokens"))
+    return out
 
 
 def _tables(points: list[Point], batch: int) -> Tables:
@@ -198,35 +263,49 @@ def _tagged(point: Point, tag: str) -> Point:
     return point
 
 
-def matmul_gflops(device: torch.device, n: int = 1024, repeats: int = 5) -> float:
-    """This machine's dense fp32 matmul rate, measured now: the physical limit kernels are compared with."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    return 2 * n**3 / statistics.median(timed(lambda: a @ b, device, repeats, 2)) / 1e9
+def _progress(points: dict[str, Point]) -> str:
+    shown = []
+    for name, p in points.items():
+        text = f"{p.seconds * 1e3:.2f} ms" if p.seconds else p.status
+        if p.ratio is not None:
+            text += f" (x{p.ratio.median:.2f} the reference)"
+        shown.append(text if name == "measured" else f"reference {text}")
+    return ", ".join(shown)
 
 
-def kernel_efficiency(model, length: int, device: torch.device) -> list[Metric]:
-    """ProtoT only: achieved FLOP/s of the chunked prefix-mean kernel at ``length`` / the measured matmul rate."""
-    from mixers.protot import ProtoT
-    from mixers.protot_kernels import chunk_size, chunked_flops, prefix_mean_chunked
+#: side of the square fp32 matmul whose rate is the machine's peak in :func:`kernel_efficiency`
+PEAK_MATMUL = 1024
 
-    layer = next((m for m in model.mixers if isinstance(m, ProtoT)), None)
-    if layer is None or layer.kernel != "chunked":
+
+def kernel_efficiency(model, batch: int, length: int, device: torch.device, repeats: int) -> list[Metric]:
+    """The mixer's own kernel (``Mixer.kernel_benchmark``) at ``length``: achieved FLOP/s, and as a fraction of the
+    machine's dense fp32 matmul rate, the two timed in interleaved rounds (the fraction is paired per round).
+    Nothing for a mixer without a kernel benchmark."""
+    bench = model.mixers[0].kernel_benchmark(batch, length, device)
+    if bench is None:
         return []
-    R, m = layer.cfg.n_prototypes, layer.value_dim
-    log_beta = torch.nn.functional.logsigmoid(layer.beta_logit.detach())
-    w = torch.rand(1, length, R, device=device).softmax(-1) * 0.1
-    v, rho = torch.randn(1, length, m, device=device), torch.rand(1, length, R, device=device).softmax(-1)
-    state = (torch.zeros(1, R, m, device=device), torch.zeros(1, R, device=device))
-    with torch.no_grad():
-        seconds = statistics.median(
-            timed(lambda: prefix_mean_chunked(w, v, rho, log_beta, *state, layer.cfg.mass_floor, layer.cfg.chunk_size),
-                  device, 5, 1)
-        )
-    chunk = chunk_size(log_beta, layer.cfg.chunk_size, length, layer.cfg.mass_floor)
-    achieved = chunked_flops(1, length, R, m, chunk) / seconds / 1e9
-    peak = matmul_gflops(device)
+    n = PEAK_MATMUL
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    timings = interleaved(
+        [Candidate("kernel", lambda _: bench.run(), device=str(device)),
+         Candidate("matmul", lambda _: torch.mm(a, b), device=str(device))],
+        max(repeats, 5),
+    )
+    matmul_flops = 2.0 * n**3
+
+    def rate(name: str, flops: float) -> Metric:
+        t = timings.seconds[name]
+        spread = Interval(flops / max(t) / 1e9, flops / min(t) / 1e9, "range", None)
+        return Metric(f"{name}_gflops", flops / timings.median(name) / 1e9, True, role="speed", interval=spread,
+                      n=len(t), unit="GFLOP/s")
+
+    per_pair = timings.ratio("matmul", "kernel")  # matmul time / kernel time, per round
+    scale = bench.flops / matmul_flops
+    iv = per_pair.interval
+    fraction_iv = None if iv is None else Interval(iv.low * scale, iv.high * scale, iv.kind, iv.level)
     return [
-        Metric("kernel_gflops", achieved, True, unit="GFLOP/s"),
-        Metric("matmul_gflops", peak, True, unit="GFLOP/s"),
-        Metric("kernel_peak_fraction", achieved / peak, True, unit="fraction of dense matmul"),
+        rate("kernel", bench.flops),
+        rate("matmul", matmul_flops),
+        Metric("kernel_peak_fraction", per_pair.median * scale, True, role="speed", interval=fraction_iv,
+               n=len(per_pair.per_round), unit=f"fraction of dense matmul ({bench.label})"),
     ]

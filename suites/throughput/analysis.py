@@ -7,7 +7,11 @@ These are pure functions so they can be checked on synthetic tables with known a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from harness.stats import Interval, percentile_interval
 
 Table = Mapping[int, float | None]
 
@@ -75,3 +79,38 @@ def ratio_longest_shortest(table: Table) -> float | None:
     if len(points) < 2:
         return None
     return points[-1][1] / points[0][1]
+
+
+def crossover_from_ratios(ratios: Mapping[int, float | None]) -> float | None:
+    """:func:`crossover` from paired time ratios (mixer time / reference time, per length): ``None`` where the
+    mixer was not measured (out of memory, skipped: not faster), ``0.0`` where only the reference was not."""
+    mixer = {t: (None if r is None else max(r, 1e-300)) for t, r in ratios.items()}
+    reference = {t: (None if r == 0.0 else 1.0) for t, r in ratios.items()}
+    return crossover(mixer, reference)
+
+
+def bootstrap_statistic(
+    rounds: Mapping[int, Sequence[float]],
+    statistic: Callable[[dict[int, float | None]], float | None],
+    fixed: Mapping[int, float | None] | None = None,
+    level: float = 0.95,
+) -> Interval | None:
+    """Percentile interval of a statistic of several grid points (a crossover, an exponent), each point's median
+    recomputed from its rounds resampled with replacement, points independently (they were timed separately);
+    ``fixed`` points (no rounds: out of memory, not measured) enter every replicate as they are. None when some
+    replicate has no value (no crossover in grid): the statistic is then undefined on part of its distribution."""
+    from harness.timing import median_replicates
+
+    replicates = {t: median_replicates(v, seed=t) for t, v in rounds.items() if len(v) >= 1}
+    if not replicates:
+        return None
+    n = min(len(r) for r in replicates.values())
+    values = []
+    for i in range(n):
+        table: dict[int, float | None] = dict(fixed or {})
+        table.update({t: float(r[i]) for t, r in replicates.items()})
+        value = statistic(table)
+        if value is None or not math.isfinite(value):
+            return None
+        values.append(value)
+    return percentile_interval(np.asarray(values), level)

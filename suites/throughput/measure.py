@@ -1,14 +1,19 @@
-"""Timing, peak memory and out-of-memory handling for one model at one (mode, context, batch) point.
+"""Timing, peak memory and out-of-memory handling for one (mode, context, batch) point of a model and its reference.
 
-Method (after flash-linear-attention's and mamba-ssm's benchmarks): warm-up calls first (autotuning, lazy
-initialisation, allocator growth), inputs and decode states built before the clock starts, several timed
-repeats, median and spread reported. CPU: ``time.perf_counter``. CUDA: CUDA events around each call, and decode
-additionally replayed from a CUDA graph when the mixer's step can be captured (fixed-shape state).
+Method: the mixer and the reference model are timed at the same point in alternating rounds (A B, then B A) by
+:func:`harness.timing.interleaved`, after a warm-up that lasts until the timings settle, so a change of machine
+load hits both alike and their time ratio is taken per round (paired) before it is summarised (median and a
+bootstrap interval over rounds). Inputs and decode states are built before the clock starts. CPU:
+``time.perf_counter``; CUDA: CUDA events, and decode additionally replayed from a CUDA graph when the mixer's step
+can be captured (fixed-shape state).
 
-Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after a reset; on Linux CPUs the process's peak
-resident set (VmHWM, reset through /proc/self/clear_refs) minus the resident set before the point, so it is the
-extra memory the point needed (freed heap pages are handed back first, see :func:`_release_free_memory`). An allocation failure (CPU or CUDA) is caught and the point recorded as
-``oom``; ``MemoryCap`` lowers the address-space limit so tests can force that on purpose.
+Each model's first call at a point runs alone, before the rounds: it is the first warm-up call, and it is where
+the point's peak memory and an out-of-memory failure are measured, one model at a time. Peak memory: on CUDA
+``torch.cuda.max_memory_allocated`` after a reset; on Linux CPUs the process's peak resident set (VmHWM, reset
+through /proc/self/clear_refs) minus the resident set before the call, so it is the extra memory the point needed
+(freed heap pages are handed back first, see :func:`_release_free_memory`). An allocation failure (CPU or CUDA)
+is caught and that model's point recorded as ``oom``; ``MemoryCap`` lowers the address-space limit so tests can
+force that on purpose.
 """
 
 from __future__ import annotations
@@ -18,20 +23,23 @@ import ctypes
 import gc
 import resource
 import statistics
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from harness.timing import Candidate, Ratio, interleaved
 
 MODES = ("prefill", "train", "decode")
 
 
 @dataclass
 class Point:
-    """One measured grid point. ``seconds`` is per call (per generated token for decode)."""
+    """One measured grid point of one model. ``seconds`` is the median per call (per generated token for decode)
+    over the timed rounds, ``rounds`` every round's; for the model under test, ``ratio`` is its time over the
+    reference's at the same point, paired by round."""
 
     mode: str
     length: int
@@ -43,6 +51,10 @@ class Point:
     peak_bytes: int | None = None
     graph_seconds: float | None = None  # decode replayed from a CUDA graph
     detail: str = ""
+    rounds: list[float] = field(default_factory=list)
+    warmup_rounds: int = 0
+    settled: bool | None = None
+    ratio: Ratio | None = None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -64,6 +76,12 @@ class Point:
             "peak_bytes": self.peak_bytes,
             "graph_seconds": self.graph_seconds,
             "detail": self.detail,
+            "rounds": self.rounds,
+            "warmup_rounds": self.warmup_rounds,
+            "settled": self.settled,
+            "ratio": None if self.ratio is None else self.ratio.median,
+            "ratio_low": None if self.ratio is None or self.ratio.interval is None else self.ratio.interval.low,
+            "ratio_high": None if self.ratio is None or self.ratio.interval is None else self.ratio.interval.high,
         }
 
 
@@ -150,27 +168,6 @@ class PeakMemory:
             self.peak = None if hwm is None else max(0, hwm - self._base)
 
 
-def timed(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> list[float]:
-    """Seconds per call of ``fn`` over ``repeats`` calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    if device.type == "cuda":
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            times.append(start.elapsed_time(end) / 1000.0)
-    else:
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return times
-
-
 @dataclass(frozen=True)
 class Workload:
     """What to time for one mode: ``setup()`` builds inputs (untimed), ``call(inputs)`` is timed."""
@@ -216,34 +213,105 @@ def workload(model, mode: str, length: int, batch: int, device: torch.device, de
     raise ValueError(f"unknown mode {mode!r}")
 
 
-def measure_point(model, mode: str, length: int, batch: int, device: torch.device, repeats: int, warmup: int,
-                  decode_tokens: int, memory_cap: int | None) -> Point:
-    """Time one point; an allocation failure becomes an ``oom`` point instead of an exception."""
-    work = workload(model, mode, length, batch, device, decode_tokens)
-    was_training = model.training
-    model.train(mode == "train")
+@dataclass(frozen=True)
+class TimingPlan:
+    """How long one point may be timed: ``repeats`` rounds after at least ``min_warmup`` warm-up rounds (the
+    first, lone call included) and at most ``max_warmup``; ``budget_s`` caps the warm-up and the timed rounds each."""
+
+    repeats: int
+    min_warmup: int = 3
+    max_warmup: int = 8
+    budget_s: float | None = None
+
+
+@dataclass
+class _Run:
+    """A model's part of one point while it is measured."""
+
+    name: str
+    model: object
+    work: Workload
+    inputs: object = None
+    point: Point | None = None
+
+
+def measure_points(models: dict[str, object], mode: str, length: int, batch: int, device: torch.device,
+                   plan: TimingPlan, decode_tokens: int, memory_cap: int | None) -> dict[str, Point]:
+    """Time one point of every model in ``models`` (name -> model) in interleaved rounds; the first name's point
+    gets ``ratio``, its time over the second's per round. A model that runs out of memory gets an ``oom`` point and
+    the others are timed without it."""
+    runs = [_Run(name, model, workload(model, mode, length, batch, device, decode_tokens))
+            for name, model in models.items()]
+    modes = {name: model.training for name, model in models.items()}
     try:
+        for model in models.values():
+            model.train(mode == "train")
         with MemoryCap(memory_cap if device.type == "cpu" else None):
-            inputs = work.setup()
-            with PeakMemory(device) as mem:
-                times = timed(lambda: work.call(inputs), device, repeats, warmup)
-        per = [t / work.per_call for t in times]
-        point = Point(mode, length, batch, "ok", statistics.median(per), min(per), max(per), mem.peak)
+            for run in runs:  # alone: peak memory and out-of-memory belong to one model
+                run.point = _first_call(run, mode, length, batch, device, memory_cap)
+            ok = [run for run in runs if run.point.status == "ok"]
+            if ok:
+                try:
+                    timings = interleaved(
+                        [Candidate(run.name, _call_with(run), device=str(device)) for run in ok], plan.repeats,
+                        min_warmup=max(plan.min_warmup - 1, 1), max_warmup=max(plan.max_warmup - 1, 1),
+                        budget_s=plan.budget_s, warmup_budget_s=plan.budget_s,
+                    )
+                except Exception as exc:  # memory ran out only once both models' buffers were alive
+                    if not is_oom(exc):
+                        raise
+                    for run in ok:
+                        run.point = Point(mode, length, batch, "oom", detail="ran out of memory in the timed rounds")
+                    return {run.name: run.point for run in runs}
+                for run in ok:
+                    per = [t / run.work.per_call for t in timings.seconds[run.name]]
+                    p = run.point
+                    p.seconds, p.seconds_min, p.seconds_max = statistics.median(per), min(per), max(per)
+                    p.rounds, p.warmup_rounds, p.settled = per, timings.warmup_rounds + 1, timings.settled
+                    p.detail = "; ".join(timings.notes)
+                if len(ok) == len(runs) >= 2:
+                    runs[0].point.ratio = timings.ratio(runs[0].name, runs[1].name)
         if mode == "decode" and device.type == "cuda":
-            point.graph_seconds, point.detail = decode_with_cuda_graph(model, inputs, repeats)
-        return point
+            for run in runs:
+                if run.point.status == "ok":
+                    run.point.graph_seconds, graph = decode_with_cuda_graph(run.model, run.inputs, plan.repeats)
+                    run.point.detail = "; ".join(d for d in (run.point.detail, graph) if d)
+        return {run.name: run.point for run in runs}
+    finally:
+        for name, model in models.items():
+            model.zero_grad(set_to_none=True)
+            model.train(modes[name])
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _call_with(run: _Run) -> Callable[[object], object]:
+    return lambda _: run.work.call(run.inputs)
+
+
+def _first_call(run: _Run, mode: str, length: int, batch: int, device: torch.device,
+                memory_cap: int | None) -> Point:
+    """Build the inputs and make the model's first call, alone: its peak memory, or ``oom``."""
+    try:
+        run.inputs = run.work.setup()
+        with PeakMemory(device) as mem:
+            run.work.call(run.inputs)
+        return Point(mode, length, batch, "ok", peak_bytes=mem.peak)
     except Exception as exc:
         # under a cap, oneDNN reports a failed allocation as a primitive it "could not create"
         capped_failure = bool(memory_cap) and "could not create a primitive" in str(exc)
         if not (is_oom(exc) or capped_failure):
             raise
+        run.inputs = None
+        run.model.zero_grad(set_to_none=True)
         first_line = (str(exc).splitlines() or [""])[0][:160]
         return Point(mode, length, batch, "oom", detail=f"{type(exc).__name__}: {first_line}".rstrip(": "))
-    finally:
-        model.zero_grad(set_to_none=True)
-        model.train(was_training)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+
+
+def measure_point(model, mode: str, length: int, batch: int, device: torch.device, plan: TimingPlan,
+                  decode_tokens: int, memory_cap: int | None) -> Point:
+    """One model alone at one point (no reference): :func:`measure_points` with one model."""
+    return measure_points({"measured": model}, mode, length, batch, device, plan, decode_tokens, memory_cap)["measured"]
 
 
 def decode_with_cuda_graph(model, inputs, repeats: int) -> tuple[float | None, str]:
@@ -267,8 +335,8 @@ def decode_with_cuda_graph(model, inputs, repeats: int) -> tuple[float | None, s
             with torch.cuda.graph(graph):
                 _, new_states = model.step(token, static_states)
                 _copy_tree(new_states, static_states)
-        times = timed(graph.replay, token.device, repeats, 1)
-        return statistics.median(times), "cuda graph"
+        timings = interleaved([Candidate("graph", lambda _: graph.replay(), device=str(token.device))], repeats)
+        return timings.median("graph"), "cuda graph"
     except Exception as exc:  # capture is best effort: report why it was not possible
         return None, f"no cuda graph: {type(exc).__name__}"
 
