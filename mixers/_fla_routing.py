@@ -6,10 +6,13 @@ has no CPU driver, so the layers fail on CPU tensors (../shared/research/DEPENDE
 :func:`mixers._routing.route` dispatchers: the Triton kernel runs for kernel "triton" (or, outside a mixer, for
 CUDA tensors); otherwise plain torch does, using fla's own naive references where fla has them:
 
-* ``delta_net.chunk_delta_rule`` / ``fused_recurrent_delta_rule``: ``naive.delta_rule_recurrence``; under kernel
-  "chunk", for several tokens and no state in or out, ``naive.delta_rule_chunkwise`` (T padded to its chunk);
+* ``delta_net.chunk_delta_rule`` / ``fused_recurrent_delta_rule``: ``naive.delta_rule_recurrence`` (kernel
+  "recurrent"); under "naive-chunk", for several tokens and no state in or out, ``naive.delta_rule_chunkwise``
+  (T padded to its chunk); under "chunk", :func:`mixers.delta_rule_cpu.chunk_delta_rule` (mixbench's own
+  chunked WY/UT kernel, which also carries states: prefill and continuation);
 * ``gated_deltanet.chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule``:
-  ``naive_recurrent_gated_delta_rule``; under "chunk", for several tokens, ``naive_chunk_gated_delta_rule``;
+  ``naive_recurrent_gated_delta_rule``; under "naive-chunk", for several tokens, ``naive_chunk_gated_delta_rule``;
+  under "chunk", :func:`mixers.delta_rule_cpu.chunk_delta_rule` with the gate;
 * ``causal_conv1d`` / ``causal_conv1d_update`` (ShortConvolution, GatedDeltaNet's fused q/k/v conv): depthwise
   ``F.conv1d`` with the kernels' cache semantics (the cache holds the last ``W`` inputs);
 * ``layernorm.rms_norm`` / ``fused_norm_gate.rms_norm_gated``: ``layernorm.rms_norm_ref`` (then the output gate).
@@ -32,9 +35,12 @@ from mixers._routing import current, route
 
 #: kernels that run fla's own Triton code
 PACKAGE_KERNELS = frozenset({"triton"})
-#: chunk of the naive chunkwise ops: any chunk gives the same result, and 16 is the fastest on CPU (fwd + bwd at
-#: B=16, T=256: delta rule 59 ms at 16 vs 67 at fla's default 32; gated 74 ms at 16 vs 300 at its default 64)
+#: chunk of fla's naive chunkwise ops (kernel "naive-chunk"): any chunk gives the same result, and 16 is their
+#: fastest on CPU (fwd + bwd at B=16, T=256: delta rule 59 ms at 16 vs 67 at fla's default 32; gated 74 ms at 16
+#: vs 300 at its default 64)
 CHUNK = 16
+#: calls of at most this many tokens take the recurrence under kernel "chunk" (decode steps: one token)
+RECURRENT_MAX_TOKENS = 1
 #: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
 L2_EPS = 1e-6
 
@@ -89,14 +95,20 @@ def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_stat
     """``chunk_delta_rule`` / ``fused_recurrent_delta_rule`` ([B, T, H, K] in and out) via fla's naive ops."""
     from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
 
+    from mixers.delta_rule_cpu import chunk_delta_rule
+
     _no_varlen(cu_seqlens, unsupported)
     if use_qk_l2norm_in_kernel:
         q, k = _l2norm(q), _l2norm(k)
-    if scale is not None:  # the naive ops scale q by K^-0.5 themselves
-        q = q * (scale * q.shape[-1] ** 0.5)
     q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # head-first
     T = q.shape[2]
-    if current() == "chunk" and T > 1 and initial_state is None and not output_final_state:
+    if current() == "chunk" and T > RECURRENT_MAX_TOKENS:
+        o, final = chunk_delta_rule(q, k, v, beta, scale=q.shape[-1] ** -0.5 if scale is None else scale,
+                                    initial_state=initial_state, output_final_state=output_final_state)
+        return o.transpose(1, 2), final
+    if scale is not None:  # the naive ops scale q by K^-0.5 themselves
+        q = q * (scale * q.shape[-1] ** 0.5)
+    if current() == "naive-chunk" and T > 1 and initial_state is None and not output_final_state:
         pad = (-T) % CHUNK  # zero keys and betas: padded steps change nothing before them
         if pad:
             q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
@@ -116,6 +128,8 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
     from fla.ops.gated_delta_rule.gate import naive_gdn_gate
     from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
+    from mixers.delta_rule_cpu import chunk_delta_rule
+
     _no_varlen(cu_seqlens, unsupported)
     if q.shape[2] != v.shape[2]:
         raise NotImplementedError("fla's naive gated delta rule has no grouped values (num_v_heads > num_heads).")
@@ -129,7 +143,13 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
-    if current() == "chunk" and q.shape[1] > 1:
+    if current() == "chunk" and q.shape[1] > RECURRENT_MAX_TOKENS:
+        o, final = chunk_delta_rule(
+            *(t.transpose(1, 2) for t in (q, k, v, beta, g)), scale=q.shape[-1] ** -0.5 if scale is None else scale,
+            initial_state=initial_state, output_final_state=output_final_state,
+        )
+        o = o.transpose(1, 2)
+    elif current() == "naive-chunk" and q.shape[1] > 1:
         o, final = naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=CHUNK, scale=scale,
                                                 initial_state=initial_state, output_final_state=output_final_state)
     else:

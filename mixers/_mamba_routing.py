@@ -14,9 +14,11 @@ extension only run on CUDA tensors. :func:`install` (idempotent, before first us
    package name                               torch path
    =========================================  ============================================================
    ``mamba_simple.selective_scan_fn``         ``selective_scan_ref`` (kernel "reference") or our
-                                              :func:`selective_scan_cpu` (same maths, much faster)
+                                              :func:`selective_scan_cpu` (same maths, much faster; kernel
+                                              "fused" bypasses the package's forward: mixers/mamba_cpu.py)
    ``mamba2.mamba_chunk_scan_combined``       ``ssd_minimal_discrete`` (the SSD paper's listing; stable, and
-                                              it carries states)
+                                              it carries states; kernel "reference") or our
+                                              :func:`mixers.ssd_cpu.ssd_chunked` (same maths, linear in T)
    ``layernorm_gated.rmsnorm_fn``             ``layernorm_gated.rms_norm_ref``
    ``selective_state_update`` (decode)        ``selective_state_update_ref``
    ``causal_conv1d_fn`` / ``_update``         depthwise ``F.conv1d`` / the package's own rolling update,
@@ -117,7 +119,8 @@ def _selective_scan(*args, **kwargs):
 def _ssd_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
                    cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")), return_final_states=False,
                    return_varlen_states=False):
-    """``mamba_chunk_scan_combined`` (its signature, no varlen) through ``ssd_minimal_discrete``.
+    """``mamba_chunk_scan_combined`` (its signature, no varlen) through ``ssd_minimal_discrete``, or under kernel
+    "chunk" through :func:`mixers.ssd_cpu.ssd_chunked` (groups broadcast, not repeated per head).
 
     That is the SSD paper's listing: it takes an initial state, returns the final one, and masks its segment sums
     with -inf before the exponential. (``ssd_chunk_scan_combined_ref`` has no state arguments and exponentiates
@@ -135,18 +138,23 @@ def _ssd_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, ini
         dt = dt + dt_bias.float()
     if dt_softplus:
         dt = F.softplus(dt)
-    heads_per_group = H // B.shape[2]
-    X = x.float() * dt[..., None]  # ssd_minimal takes discretised inputs: x dt, A dt, per-head B and C
+    X = x.float() * dt[..., None]  # both take discretised inputs: x dt and A dt
     A_dt = A.float() * dt
-    B_h = B.float().repeat_interleave(heads_per_group, dim=2)
-    C_h = C.float().repeat_interleave(heads_per_group, dim=2)
-    pad = (-T) % CPU_SSD_BLOCK  # zero input and zero log-decay: padded steps leave the state as it is
-    if pad:
-        X, B_h, C_h = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (X, B_h, C_h))
-        A_dt = F.pad(A_dt, (0, 0, 0, pad))
-    h0 = initial_states.float()[:, None] if initial_states is not None else None
-    y, final = ssd_minimal_discrete(X, A_dt, B_h, C_h, CPU_SSD_BLOCK, initial_states=h0)
-    y = y[:, :T]
+    if current() == "chunk":
+        from mixers.ssd_cpu import ssd_chunked
+
+        y, final = ssd_chunked(X, A_dt, B, C, initial_states)
+    else:
+        heads_per_group = H // B.shape[2]  # ssd_minimal takes per-head B and C
+        B_h = B.float().repeat_interleave(heads_per_group, dim=2)
+        C_h = C.float().repeat_interleave(heads_per_group, dim=2)
+        pad = (-T) % CPU_SSD_BLOCK  # zero input and zero log-decay: padded steps leave the state as it is
+        if pad:
+            X, B_h, C_h = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (X, B_h, C_h))
+            A_dt = F.pad(A_dt, (0, 0, 0, pad))
+        h0 = initial_states.float()[:, None] if initial_states is not None else None
+        y, final = ssd_minimal_discrete(X, A_dt, B_h, C_h, CPU_SSD_BLOCK, initial_states=h0)
+        y = y[:, :T]
     if D is not None:
         y = y + x.float() * (D.float()[:, None] if D.dim() == 1 else D.float())
     if z is not None:

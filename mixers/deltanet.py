@@ -7,9 +7,12 @@ mixers stays fast. Parameter names and shapes are the fla layer's on every devic
 Kernels (:class:`mixers._routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
 
 * ``recurrent`` — the reference: fla's naive token-by-token recurrences;
-* ``chunk`` — fla's naive chunkwise ops, the same maths several times faster (the default off CUDA). DeltaNet's
-  chunkwise op takes no state, so calls with a state in or out (prefill, decode) run the recurrence; so do
-  single-token calls of either mixer, where padding to a chunk would only cost;
+* ``naive-chunk`` — fla's naive chunkwise ops, the same maths (the CPU default until mixbench had its own).
+  DeltaNet's chunkwise op takes no state, so calls with a state in or out (prefill, decode) run the recurrence;
+  so do single-token calls of either mixer;
+* ``chunk`` — :mod:`mixers.delta_rule_cpu`, mixbench's chunked WY/UT kernel in PyTorch (the default off CUDA):
+  batched products over all chunks, a state carried in and out (so prefill and continuation use it too); one-token
+  calls (decode) run the recurrence;
 * ``triton`` — fla's Triton kernels, run under bf16 autocast because its chunk delta-rule kernel rejects fp32.
 
 State goes through the layer's own cache protocol (a one-layer stand-in for fla's ``Cache``): the recurrent
@@ -35,7 +38,7 @@ from harness.mixer import Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers import _fla_routing, _routing
+from mixers import _fla_routing, _routing, deltanet_cpu
 from mixers._routed_mixer import RoutedMixer
 
 #: fla's initializer_range
@@ -110,7 +113,7 @@ class _LayerCache:
 
 
 class _DeltaBase(RoutedMixer):
-    portable_kernels = ("recurrent", "chunk")
+    portable_kernels = ("recurrent", "naive-chunk", "chunk")
     cuda_kernels = ("triton",)
     packages = ("flash-linear-attention", "fla-core", "triton")
     cuda_dtype = torch.bfloat16  # fla's chunk delta-rule kernel asserts non-fp32 inputs
@@ -156,6 +159,8 @@ class _DeltaBase(RoutedMixer):
 
     def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None):
         self._check_device(x)
+        if self.kernel == "chunk":
+            return self._forward_chunk(x, state)
         cache = None
         if state is not None:
             cache = _LayerCache({"recurrent_state": state["recurrent"], "conv_state": state.get("conv")})
@@ -169,6 +174,19 @@ class _DeltaBase(RoutedMixer):
         new_state: dict[str, Any] = {"recurrent": cache.state["recurrent_state"].to(state["recurrent"].dtype)}
         if self.cfg.use_short_conv:
             new_state["conv"] = tuple(c.to(old.dtype) for c, old in zip(cache.state["conv_state"], state["conv"]))
+        if recording():
+            record(self.layer_idx, "delta_state_norm", new_state["recurrent"].flatten(2).norm(dim=-1).unsqueeze(1))
+        return y, new_state
+
+    def _forward_chunk(self, x: torch.Tensor, state: dict[str, Any] | None):
+        """Kernel ``chunk``: :func:`mixers.deltanet_cpu.forward` (the layer's maths, written for CPU)."""
+        recurrent, conv = deltanet_cpu.state_tuple(state)
+        y, final, new_conv = deltanet_cpu.forward(self.layer, x, recurrent, conv, with_state=state is not None)
+        if state is None:
+            return y, None
+        new_state: dict[str, Any] = {"recurrent": final.to(state["recurrent"].dtype)}
+        if self.cfg.use_short_conv:
+            new_state["conv"] = tuple(c.to(old.dtype) for c, old in zip(new_conv, state["conv"]))
         if recording():
             record(self.layer_idx, "delta_state_norm", new_state["recurrent"].flatten(2).norm(dim=-1).unsqueeze(1))
         return y, new_state
@@ -188,6 +206,8 @@ class _DeltaBase(RoutedMixer):
 
 @register_mixer("deltanet", config=DeltaNetConfig)
 class DeltaNetMixer(_DeltaBase):
+    quickstart = True  # one of the paper's four mixers: trained and scored by `mixbench quickstart`
+
     def __init__(self, cfg: DeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
         for name, expand in (("expand_k", cfg.expand_k), ("expand_v", cfg.expand_v)):

@@ -7,10 +7,13 @@ so listing mixers stays fast. Parameter names and shapes are the package module'
 Kernels (:class:`mixers._routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
 
 * ``mamba``: ``reference`` (``selective_scan_ref``, the package's definition), ``cpu-scan``
-  (:mod:`mixers.selective_scan_cpu`, the same maths; the default on CPU, and on a GPU whose mamba-ssm was built
-  without its CUDA extension) and ``cuda`` (the compiled scan, and the fused ``mamba_inner_fn`` when causal-conv1d
-  is installed).
-* ``mamba2``: ``reference`` (the package's pure-torch SSD) and ``cuda`` (its Triton kernels).
+  (:mod:`mixers.selective_scan_cpu`, the same maths step by step in PyTorch, in the package's layer), ``fused``
+  (:mod:`mixers.mamba_cpu`: the layer's forward written time-major, its conv and scan each one compiled loop
+  from :mod:`mixers.selective_scan_c`; the default on CPU, and on a GPU whose mamba-ssm was built without its
+  CUDA extension) and ``cuda`` (the compiled scan, and the fused ``mamba_inner_fn`` when causal-conv1d is installed).
+* ``mamba2``: ``reference`` (the package's pure-torch SSD, ``ssd_minimal_discrete``), ``chunk``
+  (:mod:`mixers.ssd_cpu`: the same SSD chunked with a state loop, linear in the length; the default on CPU) and
+  ``cuda`` (its Triton kernels).
 
 Training calls the package module's own ``forward``. Decoding calls its own ``step`` with our state, so a decode
 state is the package's pair: the last ``d_conv`` conv inputs and the SSM state (O(1) in the length). The package
@@ -39,7 +42,7 @@ from harness.mixer import Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers import _mamba_routing, _routing
+from mixers import _mamba_routing, _routing, mamba_cpu
 from mixers._routed_mixer import RoutedMixer
 
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
@@ -116,11 +119,17 @@ class _MambaBase(RoutedMixer):
         self._check_device(x)
         with _routing.selected(self.kernel):
             if state is None:
+                if self._own_forward():
+                    return self._continue(x, None)[0], None
                 self._choose_fused_path()
                 return self.mamba(x), None
             y, state = self._continue(x, state)
         self._record(state)
         return y, state
+
+    def _own_forward(self) -> bool:
+        """Whether the selected kernel is mixbench's own layer forward rather than the package module's."""
+        return False
 
     def step(self, x_t: torch.Tensor, state: dict[str, torch.Tensor]):
         self._check_device(x_t)
@@ -152,7 +161,8 @@ class _MambaBase(RoutedMixer):
 
 @register_mixer("mamba", config=MambaConfig)
 class MambaMixer(_MambaBase):
-    portable_kernels = ("reference", "cpu-scan")
+    quickstart = True  # one of the paper's four mixers: trained and scored by `mixbench quickstart`
+    portable_kernels = ("reference", "cpu-scan", "fused")
 
     def __init__(self, cfg: MambaConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
@@ -181,9 +191,18 @@ class MambaMixer(_MambaBase):
     def state_size(self, seq_len: int) -> int:
         return self.mamba.d_inner * (self.mamba.d_conv + self.mamba.d_state)
 
-    def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor]):
+    def _own_forward(self) -> bool:
+        return self.kernel == "fused"
+
+    def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None):
         from mamba_ssm.modules import mamba_simple
 
+        if self.kernel == "fused":
+            conv, ssm = (None, None) if state is None else (state["conv"], state["ssm"])
+            y, conv, ssm = mamba_cpu.forward(self.mamba, x, conv, ssm, with_state=state is not None)
+            if state is None:
+                return y, None
+            return y, {"conv": conv.to(state["conv"].dtype), "ssm": ssm.to(state["ssm"].dtype)}
         m = self.mamba
         u, z = m.in_proj(x).transpose(1, 2).chunk(2, dim=1)  # (batch, d_inner, T) each
         u, conv_state = self._conv_with_history(u, state["conv"])
@@ -216,7 +235,7 @@ class MambaMixer(_MambaBase):
 
 @register_mixer("mamba2", config=Mamba2Config)
 class Mamba2Mixer(_MambaBase):
-    portable_kernels = ("reference",)
+    portable_kernels = ("reference", "chunk")
 
     def __init__(self, cfg: Mamba2Config, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)

@@ -72,20 +72,23 @@ def test_decode_and_prefill_continue_from_any_state(name, cfg):
 
 
 @pytest.mark.parametrize(("name", "cfg"), CONFIGS)
-def test_chunk_kernel_equals_recurrence(name, cfg):
-    """Over several chunks and a length that is not a multiple of the chunk: outputs and gradients."""
-    layer = make(name, **cfg)
-    x = torch.randn(2, 75, 32)
+def test_chunk_kernels_equal_recurrence(name, cfg):
+    """Over several chunks and a length that is not a multiple of the chunk: outputs and gradients of the whole
+    layer, for fla's naive chunkwise ops and for mixbench's own chunked kernel (its layer forward included)."""
+    d = 64 if name == "gated-deltanet" else 32
+    layer = make(name, d_model=d, **cfg)
+    x = torch.randn(2, 75, d)
     results = {}
-    for kernel in ("recurrent", "chunk"):
+    for kernel in ("recurrent", "naive-chunk", "chunk"):
         layer.set_kernel(kernel)
         layer.zero_grad(set_to_none=True)
         xk = x.clone().requires_grad_(True)
         y, _ = layer(xk)
-        (y * torch.linspace(-1, 1, 32)).sum().backward()
+        (y * torch.linspace(-1, 1, d)).sum().backward()
         results[kernel] = [y.detach(), xk.grad] + [p.grad for p in layer.parameters()]
-    for a, b in zip(results["chunk"], results["recurrent"]):
-        assert rel(a, b) <= 1e-4
+    for kernel in ("naive-chunk", "chunk"):
+        for a, b in zip(results[kernel], results["recurrent"]):
+            assert rel(a, b) <= 1e-5, kernel
 
 
 def test_gated_gradients_stay_finite_under_strong_decay():
@@ -123,8 +126,8 @@ def test_step_does_not_modify_the_callers_state():
 
 def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     layer = make("deltanet")
-    assert DeltaNetMixer.kernels == ("recurrent", "chunk", "triton")
-    assert layer.kernels == ("recurrent", "chunk")
+    assert DeltaNetMixer.kernels == ("recurrent", "naive-chunk", "chunk", "triton")
+    assert layer.kernels == ("recurrent", "naive-chunk", "chunk")
     assert layer.default_kernel(torch.device("cpu")) == "chunk"
     assert layer.default_kernel(torch.device("cuda")) == "triton"
     with pytest.raises(ConfigError, match="needs CUDA"):
@@ -136,11 +139,15 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     for fn in ("delta_rule_recurrence", "delta_rule_chunkwise"):
         original = getattr(naive, fn)
         monkeypatch.setattr(naive, fn, lambda *a, _f=original, _n=fn, **k: seen.append(_n) or _f(*a, **k))
+    import mixers.delta_rule_cpu as own
+
+    original = own.chunk_delta_rule
+    monkeypatch.setattr(own, "chunk_delta_rule", lambda *a, **k: seen.append("own") or original(*a, **k))
     x = torch.randn(1, 40, 32)
-    for kernel in ("chunk", "recurrent"):
+    for kernel in ("naive-chunk", "recurrent", "chunk"):
         layer.set_kernel(kernel)
         layer(x)
-    assert seen == ["delta_rule_chunkwise", "delta_rule_recurrence"]
+    assert seen == ["delta_rule_chunkwise", "delta_rule_recurrence", "own"]
 
 
 def test_routing_is_installed_once_and_selected_is_scoped():

@@ -157,10 +157,11 @@ def test_step_does_not_modify_the_callers_state():
 
 def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     layer = make("mamba")
-    assert MambaMixer.kernels == ("reference", "cpu-scan", "cuda")  # what `mixbench mixers` lists
-    assert layer.kernels == ("reference", "cpu-scan")  # what this CPU layer can run (and the gate compares)
-    assert layer.default_kernel(torch.device("cpu")) == "cpu-scan"
-    assert Mamba2Mixer.kernels == ("reference", "cuda") and make("mamba2").kernels == ("reference",)
+    assert MambaMixer.kernels == ("reference", "cpu-scan", "fused", "cuda")  # what `mixbench mixers` lists
+    assert layer.kernels == ("reference", "cpu-scan", "fused")  # what this CPU layer can run (and the gate compares)
+    assert layer.default_kernel(torch.device("cpu")) == "fused"
+    assert Mamba2Mixer.kernels == ("reference", "chunk", "cuda") and make("mamba2").kernels == ("reference", "chunk")
+    assert make("mamba2").default_kernel(torch.device("cpu")) == "chunk"
     with pytest.raises(ConfigError, match="needs CUDA"):
         layer.set_kernel("cuda")
 
@@ -205,7 +206,7 @@ def test_routing_never_shadows_a_compiled_extension():
         "assert routing.selective_scan_cuda\n"
         "from mixers.mamba import MambaConfig, MambaMixer\n"
         "layer = MambaMixer(MambaConfig(), 16, 0, 1)\n"
-        "assert layer.kernels == ('reference', 'cpu-scan')\n"
+        "assert layer.kernels == ('reference', 'cpu-scan', 'fused')\n"
         "layer.set_kernel('cpu-scan')\n"
         "assert layer(torch.randn(1, 5, 16))[0].shape == (1, 5, 16)\n"
     )
@@ -252,7 +253,7 @@ def test_parity_machinery_on_cpu():
     """The same comparison the CUDA parity test makes, here between the CPU default kernel and the reference."""
     for mode in parity.MODES:
         result = parity.compare("mamba", mode, device="cpu", seq_len=40)
-        assert result.passed and result.kernel == "cpu-scan", result
+        assert result.passed and result.kernel == "fused", result
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA kernels cannot be compared here")

@@ -1,0 +1,119 @@
+"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet) in chunks, for CPU, in plain PyTorch.
+
+The recurrence, per head, with the state ``S`` [K, V], the log-decay ``g_t`` (0 without a gate) and ``beta_t``:
+
+    S_t = exp(g_t) S_{t-1} + k_t u_t^T,    u_t = beta_t (v_t - exp(g_t) S_{t-1}^T k_t),    o_t = S_t^T (scale q_t)
+
+is flash-linear-attention's ``delta_rule_recurrence`` / ``naive_recurrent_gated_delta_rule`` (the reference
+kernels of the two mixers). Token by token it is thousands of tiny operations; this module computes the same
+numbers chunk by chunk in the WY/UT form of Yang et al. (2024, "Parallelizing Linear Transformers with the Delta
+Rule over Sequence Length"), so almost all the work is batched matrix products over every chunk at once:
+
+* within a chunk of ``C`` tokens (cumulative log-decay ``G``, pairwise decays ``D_ts = exp(G_t - G_s)`` for
+  s <= t, never an exponential of a positive number), the UT transform ``T = (I + tril(diag(beta) K K^T * D,
+  -1))^-1`` is one batched unit-triangular solve for all chunks (its backward is another), and gives the
+  chunk's pseudo-values ``U = T diag(beta) V`` and ``W = T diag(beta) K exp(G)``;
+* across chunks only a short loop remains, two products per chunk on the [K, V] state:
+  ``U_n - W_n S`` (the chunk's true pseudo-values) and ``S <- exp(G_C) S + (K exp(G_C - G))^T U``;
+* the outputs are then one batched product for all chunks: ``(Q exp(G)) S_n + tril(Q K^T * D) U``.
+
+Every tensor is laid out chunk-major, [chunks, B, H, C, ...] and contiguous, so each batched product is one BLAS
+call over contiguous matrices and each chunk of the loop is a contiguous slice (strided batches make torch fall
+back to a matrix-by-matrix loop). Gradients come from autograd through these few large operations. Any chunk
+length gives the same result up to rounding; padding the length to a multiple of the chunk with zero keys,
+values, betas and log-decays leaves the state unchanged, so the final state is exact. See docs/cpu_kernels.md.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+#: tokens per chunk: fewer chunks mean a shorter sequential loop, longer ones larger [C, C] products; 32 was the
+#: fastest forward + backward at the quick preset's head size (32), B*T = 4096 (docs/cpu_kernels.md)
+CHUNK = 32
+
+
+def chunk_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    g: torch.Tensor | None = None,
+    *,
+    scale: float,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fla's layout: ``q``, ``k`` [B, T, H, K]; ``v`` [B, T, H, V]; ``beta`` and the log-decay ``g`` (None: no
+    gate) [B, T, H]; ``initial_state`` [B, H, K, V]. Returns ``o`` [B, T, H, V] (v's dtype) and, when
+    ``output_final_state``, the final state [B, H, K, V] in fp32. Computes in fp32."""
+    dtype = v.dtype
+    B, T, H, K = k.shape
+    Vd = v.shape[-1]
+    if T == 1:
+        return _one_step(q, k, v, beta, g, scale, initial_state, output_final_state)
+    C = min(chunk_size, T)
+    pad = (-T) % C
+    N = (T + pad) // C
+
+    def chunk_major(t: torch.Tensor) -> torch.Tensor:
+        """[B, T, H, ...] -> [N, B, H, C, ...] (contiguous), the length padded with zeros to N * C."""
+        t = t.float()
+        if t.dim() == 3:
+            t = t.unsqueeze(-1)
+        if pad:
+            t = F.pad(t, (0, 0, 0, 0, 0, pad))
+        return t.reshape(B, N, C, H, t.shape[-1]).permute(1, 0, 3, 2, 4).contiguous()
+
+    q, k, v, beta = chunk_major(q * scale), chunk_major(k), chunk_major(v), chunk_major(beta)
+    k_beta = k * beta
+    lower = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    kk = k_beta @ k.transpose(-1, -2)
+    qk = q @ k.transpose(-1, -2)
+    if g is not None:
+        G = chunk_major(g).squeeze(-1).cumsum(-1)  # [N, B, H, C]
+        decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~lower, float("-inf")).exp()  # exp(G_t - G_s), s <= t
+        kk = kk * decay
+        qk = qk * decay  # zero above the diagonal already
+        q_in = q * G.unsqueeze(-1).exp()  # reads the state as it was at the chunk's start, decayed to t
+        k_in = k_beta * G.unsqueeze(-1).exp()
+        k_out = k * (G[..., -1:] - G).unsqueeze(-1).exp()  # writes decayed to the chunk's end
+        chunk_decay = G[..., -1].exp()[..., None, None]  # [N, B, H, 1, 1]
+    else:
+        qk = qk.masked_fill(~lower, 0.0)
+        q_in, k_in, k_out, chunk_decay = q, k_beta, k, None
+    # T = (I + strictly-lower part of kk)^-1; solve_triangular with unitriangular=True never reads the diagonal
+    eye = torch.eye(C, device=k.device).expand_as(kk)
+    ut = torch.linalg.solve_triangular(kk.tril(-1), eye, upper=False, unitriangular=True)
+    u0 = ut @ (v * beta)
+    w = ut @ k_in
+
+    S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, K, Vd)
+    starts, us = [], []
+    # unbind, not indexing: the backward of N index operations writes N full-size gradients, of unbind one stack
+    per_chunk = zip(u0.unbind(0), w.unbind(0), k_out.transpose(-1, -2).contiguous().unbind(0),
+                    chunk_decay.unbind(0) if chunk_decay is not None else [None] * N)
+    for u0_n, w_n, k_out_n, decay_n in per_chunk:  # the only sequential part: one state update per chunk
+        starts.append(S)
+        u = u0_n - w_n @ S
+        us.append(u)
+        S = (S if decay_n is None else S * decay_n) + k_out_n @ u
+    o = q_in @ torch.stack(starts) + qk @ torch.stack(us)  # [N, B, H, C, V]
+    o = o.permute(1, 0, 3, 2, 4).reshape(B, N * C, H, Vd)[:, :T]
+    return o.to(dtype), (S if output_final_state else None)
+
+
+def _one_step(q, k, v, beta, g, scale, initial_state, output_final_state):
+    """One token (decode): the recurrence itself. Shapes as :func:`chunk_delta_rule` with T = 1."""
+    B, _, H, K = k.shape
+    dtype = v.dtype
+    q, k, v, beta = (t[:, 0].float() for t in (q, k, v, beta))  # [B, H, .], beta [B, H]
+    S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, K, v.shape[-1])
+    if g is not None:
+        S = S * g[:, 0].float().exp()[..., None, None]
+    u = beta.unsqueeze(-1) * (v - (k.unsqueeze(-2) @ S).squeeze(-2))
+    S = S + k.unsqueeze(-1) * u.unsqueeze(-2)
+    o = ((q * scale).unsqueeze(-2) @ S).squeeze(-2)
+    return o.unsqueeze(1).to(dtype), (S if output_final_state else None)

@@ -1,0 +1,112 @@
+"""The forward pass of fla's DeltaNet and GatedDeltaNet layers, written for CPU: kernel ``chunk`` of the mixers.
+
+The same maths and the same parameters as ``fla.layers.DeltaNet.forward`` / ``GatedDeltaNet.forward`` (whose
+routed torch path is the mixers' reference kernel), in fewer and larger operations, since on CPU a layer's time
+goes to the number of tensor passes and copies rather than to arithmetic (docs/cpu_kernels.md):
+
+* q, k and v come from one matrix product (the three weight matrices concatenated) and one depthwise causal
+  convolution over all their channels, instead of three of each;
+* q and k are l2-normalised per head as fla's kernels do in-kernel (``x / sqrt(|x|^2 + 1e-6)``);
+* the delta rule is :func:`mixers.delta_rule_cpu.chunk_delta_rule` in fla's own [B, T, H, K] layout, with a
+  state carried in and out, so training, prefill and decode all take this path;
+* the output norm is fla's RMSNorm or gated RMSNorm over each head, then ``o_proj`` (called as the module, so the
+  mixer's unit-mask hook applies).
+
+Conv state layout is the layer's cache: per q, k and v, the last ``conv_size`` inputs, [B, channels, W].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
+L2_EPS = 1e-6
+
+
+def forward(layer: nn.Module, x: torch.Tensor, recurrent: torch.Tensor | None, conv: tuple[torch.Tensor, ...] | None,
+            with_state: bool) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+    """``layer`` (an fla DeltaNet or GatedDeltaNet) on ``x`` [B, T, D], continuing from ``recurrent`` (the layer's
+    state layout: [B, H, K, V], GatedDeltaNet [B, H, V, K]) and ``conv`` (None: zeros). Returns the output and, when
+    ``with_state``, the new recurrent and conv states."""
+    from mixers.delta_rule_cpu import chunk_delta_rule
+
+    gated = hasattr(layer, "A_log")
+    B, T, _ = x.shape
+    H, K, V = layer.num_heads, layer.head_k_dim, layer.head_v_dim
+    weight = torch.cat([layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight])
+    qkv = F.linear(x, weight)
+    new_conv = None
+    if layer.use_short_conv:
+        qkv, new_conv = _short_conv(layer, qkv, conv, with_state)
+    else:
+        qkv = F.silu(qkv)
+    q, k, v = qkv.split([layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
+    q, k = _l2norm(q.reshape(B, T, H, K)), _l2norm(k.reshape(B, T, H, K))
+    v = v.reshape(B, T, H, V)
+    if gated:
+        beta = layer.b_proj(x).float().sigmoid()
+        g = -layer.A_log.float().exp() * F.softplus(layer.a_proj(x).float() + layer.dt_bias.float())
+    else:
+        beta = layer.b_proj(x).float().sigmoid() if layer.use_beta else x.new_ones(B, T, H, dtype=torch.float32)
+        g = None
+    if layer.allow_neg_eigval:
+        beta = beta * 2.0
+    if recurrent is not None and gated:  # the gated layer stores its state value-first
+        recurrent = recurrent.transpose(-1, -2)
+    o, final = chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5, initial_state=recurrent,
+                                output_final_state=with_state)
+    if final is not None and gated:
+        final = final.transpose(-1, -2)
+    o = _output_norm(layer, o, x).reshape(B, T, H * V)
+    return layer.o_proj(o), final, new_conv
+
+
+def _l2norm(t: torch.Tensor) -> torch.Tensor:
+    tf = t.float()
+    return (tf * torch.rsqrt((tf * tf).sum(-1, keepdim=True) + L2_EPS)).to(t.dtype)
+
+
+def _short_conv(layer: nn.Module, qkv: torch.Tensor, conv: tuple[torch.Tensor, ...] | None, with_state: bool):
+    """The q, k and v ShortConvolutions (depthwise, causal, SiLU) as one convolution over their channels."""
+    convs = (layer.q_conv1d, layer.k_conv1d, layer.v_conv1d)
+    weight = torch.cat([c.weight for c in convs])  # [channels, 1, W]
+    bias = torch.cat([c.bias for c in convs]) if convs[0].bias is not None else None
+    W = weight.shape[-1]
+    inputs = qkv.transpose(1, 2)  # [B, channels, T]
+    if conv is None and not with_state:
+        y = F.conv1d(F.pad(inputs, (W - 1, 0)), weight, bias, groups=weight.shape[0])
+        return F.silu(y).transpose(1, 2), None
+    history = torch.cat(conv, dim=1).to(inputs.dtype) if conv is not None else inputs.new_zeros(
+        inputs.shape[0], weight.shape[0], W)
+    window = torch.cat([history, inputs], dim=-1)
+    y = F.conv1d(window[..., 1:], weight, bias, groups=weight.shape[0])
+    new = None
+    if with_state:
+        new = tuple(window[..., -W:].split([c.weight.shape[0] for c in convs], dim=1))
+    return F.silu(y).transpose(1, 2), new
+
+
+def _output_norm(layer: nn.Module, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """fla's ``o_norm`` per head: RMSNorm, or RMSNorm gated by ``g_proj(x)`` (swish or sigmoid)."""
+    norm = layer.o_norm
+    of = o.float()
+    y = of * torch.rsqrt((of * of).mean(-1, keepdim=True) + norm.eps)
+    if norm.weight is not None:
+        y = y * norm.weight.float()
+    if getattr(norm, "bias", None) is not None:
+        y = y + norm.bias.float()
+    if layer.use_gate:
+        gate = layer.g_proj(x).reshape(o.shape).float()
+        y = y * (torch.sigmoid(gate) if norm.activation == "sigmoid" else F.silu(gate))
+    return y.to(o.dtype)
+
+
+def state_tuple(state: dict[str, Any] | None) -> tuple[torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
+    """The recurrent and conv parts of a mixer state (None when there is no state)."""
+    if state is None:
+        return None, None
+    return state["recurrent"], state.get("conv")

@@ -1,0 +1,486 @@
+"""Mamba-1's selective scan as a small C loop, compiled on first use with the system's C compiler, for CPU.
+
+Why C: the scan is a recurrence over time on a [batch, D, N] state whose every step is a few multiply-adds and an
+exponential per element. In PyTorch each step is a handful of separate operations (a dispatch each, a pass over
+memory each); as one loop per sequence, with the [D, N] state of one sequence in the L1 cache and the exponentials
+vectorised, the whole scan costs about what reading its inputs costs (docs/cpu_kernels.md).
+
+The source below is compiled once per machine (``cc -O3 -ffast-math -march=native``, about a second) into
+``$MIXBENCH_CACHE/kernels/`` under a name that hashes the source and this CPU's model and flags, and loaded with
+ctypes; torch tensors are passed by pointer (float32, contiguous, time-major). ctypes releases the GIL during a
+call, so sequences (or channel blocks, for a single sequence) run on ``torch.get_num_threads()`` Python threads.
+:func:`available` is False where there is no compiler or the build fails; callers then use the PyTorch scan of
+:mod:`mixers.selective_scan_cpu`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
+(same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
+
+Forward, per sequence b and channel d, states n, with ``dt = softplus(delta + bias)``: ``h = exp(dt A) h +
+dt u B_t; out_t = (C_t . h + D u) * silu(z)``, keeping the state before every :data:`SEGMENT`-th step. Backward
+walks segments from the last: it recomputes a segment's states from its checkpoint, then runs the adjoint
+``g = C_t dy_t + exp(dt_{t+1} A) g`` backwards through it, with every elementwise part (softplus, skip, gate)
+differentiated in the same loop, accumulating the gradients of every input and of the initial state.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+#: steps between the states the forward pass keeps for the backward pass
+SEGMENT = 32
+
+SOURCE = r"""
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+
+/* Time-major, contiguous float32 (z: rows of ldz floats, its first D used). u, delta, z, out: [T, Bt, D];
+   bias, Dv: [D]; Bm, Cm: [T, Bt, N]; AT: [N, D] (A transposed); h0, h_last: [Bt, D, N]; ck: [nseg, Bt, N, D].
+   dt = softplus(delta + bias) (torch's threshold of 20); out = (C . h + Dv u) * silu(z).
+   Inside, the state of one sequence is kept state-major, [N][W] for the W channels d0..d1-1, so every inner loop
+   runs over contiguous channels and vectorises (exponentials included), with no per-channel horizontal sums. */
+static inline float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+static inline float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+static void load_state(float *restrict h, const float *restrict src, int D, int N, int d0, int W) {
+    for (int i = 0; i < W; i++)
+        for (int n = 0; n < N; n++) h[(long)n * W + i] = src[(long)(d0 + i) * N + n];
+}
+static void store_state(float *restrict dst, const float *restrict h, int D, int N, int d0, int W) {
+    for (int i = 0; i < W; i++)
+        for (int n = 0; n < N; n++) dst[(long)(d0 + i) * N + n] = h[(long)n * W + i];
+}
+
+void scan_forward(int T, int Bt, int D, int N, int seg, int ldz,
+                  const float *restrict u, const float *restrict delta, const float *restrict bias,
+                  const float *restrict AT, const float *restrict Bm, const float *restrict Cm,
+                  const float *restrict Dv, const float *restrict z, const float *restrict h0,
+                  float *restrict out, float *restrict h_last, float *restrict ck,
+                  int b0, int b1, int d0, int d1) {
+    int W = d1 - d0;
+    long SN = (long)W * N;
+    float *h = (float *)malloc(sizeof(float) * SN);
+    float *dt = (float *)malloc(sizeof(float) * W), *x = (float *)malloc(sizeof(float) * W);
+    float *y = (float *)malloc(sizeof(float) * W);
+    for (int b = b0; b < b1; b++) {
+        load_state(h, h0 + (long)b * D * N, D, N, d0, W);
+        for (int t = 0; t < T; t++) {
+            if (t % seg == 0) {
+                float *c = ck + ((long)(t / seg) * Bt + b) * N * D;
+                for (int n = 0; n < N; n++) memcpy(c + (long)n * D + d0, h + (long)n * W, sizeof(float) * W);
+            }
+            const float *Bt_ = Bm + ((long)t * Bt + b) * N;
+            const float *Ct_ = Cm + ((long)t * Bt + b) * N;
+            long row = ((long)t * Bt + b) * D + d0;
+            for (int i = 0; i < W; i++) {
+                dt[i] = softplus(delta[row + i] + bias[d0 + i]);
+                x[i] = dt[i] * u[row + i];
+                y[i] = 0.f;
+            }
+            for (int n = 0; n < N; n++) {
+                const float *An = AT + (long)n * D + d0;
+                float *hn = h + (long)n * W, bn = Bt_[n], cn = Ct_[n];
+                for (int i = 0; i < W; i++) {
+                    float v = expf(dt[i] * An[i]) * hn[i] + x[i] * bn;
+                    hn[i] = v;
+                    y[i] += cn * v;
+                }
+            }
+            const float *zr = z + ((long)t * Bt + b) * ldz + d0;
+            for (int i = 0; i < W; i++) {
+                float zv = zr[i];
+                out[row + i] = (y[i] + Dv[d0 + i] * u[row + i]) * zv * sigmoid(zv);
+            }
+        }
+        store_state(h_last + (long)b * D * N, h, D, N, d0, W);
+    }
+    free(h); free(dt); free(x); free(y);
+}
+
+/* Gradients. d_out: [T, Bt, D]; g_last: [Bt, D, N] (dL/d h_last). Written: d_u, d_delta, d_z [T, Bt, D],
+   d_h0 [Bt, D, N]. Accumulated (the caller zeroes them; dB, dC one buffer per channel block): dAT_part [Bt, N, D],
+   dD_part [Bt, D], dB, dC [T, Bt, N]. */
+void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
+                   const float *restrict u, const float *restrict delta, const float *restrict bias,
+                   const float *restrict AT, const float *restrict Bm, const float *restrict Cm,
+                   const float *restrict Dv, const float *restrict z, const float *restrict ck,
+                   const float *restrict d_out, const float *restrict g_last,
+                   float *restrict d_u, float *restrict d_delta, float *restrict d_z,
+                   float *restrict dAT_part, float *restrict dD_part, float *restrict dB, float *restrict dC,
+                   float *restrict d_h0,
+                   int b0, int b1, int d0, int d1) {
+    int W = d1 - d0;
+    long SN = (long)W * N;
+    float *g = (float *)malloc(sizeof(float) * SN);
+    float *hs = (float *)malloc(sizeof(float) * (seg + 1) * SN);  /* hs[0] = state before the segment */
+    float *dec = (float *)malloc(sizeof(float) * seg * SN);
+    float *dts = (float *)malloc(sizeof(float) * seg * W);       /* the segment's step sizes */
+    float *x = (float *)malloc(sizeof(float) * W), *dy = (float *)malloc(sizeof(float) * W);
+    float *ax = (float *)malloc(sizeof(float) * W), *adt = (float *)malloc(sizeof(float) * W);
+    float *y = (float *)malloc(sizeof(float) * W);
+    int nseg = (T + seg - 1) / seg;
+    for (int b = b0; b < b1; b++) {
+        load_state(g, g_last + (long)b * D * N, D, N, d0, W);
+        float *dAT = dAT_part + (long)b * N * D, *dD = dD_part + (long)b * D + d0;
+        for (int s = nseg - 1; s >= 0; s--) {
+            int t0 = s * seg, t1 = t0 + seg < T ? t0 + seg : T;
+            const float *c = ck + ((long)s * Bt + b) * N * D;
+            for (int n = 0; n < N; n++) memcpy(hs + (long)n * W, c + (long)n * D + d0, sizeof(float) * W);
+            for (int t = t0; t < t1; t++) {  /* recompute the segment's step sizes, decays and states */
+                const float *Bt_ = Bm + ((long)t * Bt + b) * N;
+                long row = ((long)t * Bt + b) * D + d0;
+                float *dt = dts + (long)(t - t0) * W;
+                for (int i = 0; i < W; i++) {
+                    dt[i] = softplus(delta[row + i] + bias[d0 + i]);
+                    x[i] = dt[i] * u[row + i];
+                }
+                const float *hp = hs + (long)(t - t0) * SN;
+                float *hn = hs + (long)(t - t0 + 1) * SN, *de = dec + (long)(t - t0) * SN;
+                for (int n = 0; n < N; n++) {
+                    const float *An = AT + (long)n * D + d0;
+                    long o = (long)n * W;
+                    float bn = Bt_[n];
+                    for (int i = 0; i < W; i++) {
+                        float a = expf(dt[i] * An[i]);
+                        de[o + i] = a;
+                        hn[o + i] = a * hp[o + i] + x[i] * bn;
+                    }
+                }
+            }
+            for (int t = t1 - 1; t >= t0; t--) {  /* the adjoint, backwards */
+                const float *Bt_ = Bm + ((long)t * Bt + b) * N;
+                const float *Ct_ = Cm + ((long)t * Bt + b) * N;
+                float *dBt = dB + ((long)t * Bt + b) * N, *dCt = dC + ((long)t * Bt + b) * N;
+                long row = ((long)t * Bt + b) * D + d0;
+                const float *hp = hs + (long)(t - t0) * SN, *hn = hp + SN, *de = dec + (long)(t - t0) * SN;
+                const float *dt = dts + (long)(t - t0) * W;
+                for (int i = 0; i < W; i++) { y[i] = 0.f; ax[i] = 0.f; adt[i] = 0.f; x[i] = dt[i] * u[row + i]; }
+                for (int n = 0; n < N; n++) {
+                    float cn = Ct_[n];
+                    const float *hnn = hn + (long)n * W;
+                    for (int i = 0; i < W; i++) y[i] += cn * hnn[i];
+                }
+                const float *zr = z + ((long)t * Bt + b) * ldz + d0;
+                for (int i = 0; i < W; i++) {  /* the gate and the skip */
+                    float zv = zr[i], sz = sigmoid(zv), go = d_out[row + i], uv = u[row + i];
+                    float y_skip = y[i] + Dv[d0 + i] * uv;
+                    d_z[row + i] = go * y_skip * sz * (1.f + zv * (1.f - sz));
+                    dy[i] = go * zv * sz;  /* dL/d y_skip */
+                    dD[i] += dy[i] * uv;
+                }
+                for (int n = 0; n < N; n++) {
+                    long o = (long)n * W;
+                    const float *An = AT + (long)n * D + d0;
+                    float *gn = g + o, *dAn = dAT + (long)n * D + d0;
+                    float bn = Bt_[n], cn = Ct_[n], sum_c = 0.f, sum_b = 0.f;
+                    for (int i = 0; i < W; i++) {
+                        float gv = gn[i] + dy[i] * cn;         /* dL/dh_t */
+                        sum_c += dy[i] * hn[o + i];
+                        ax[i] += gv * bn;
+                        sum_b += gv * x[i];
+                        float dlog = gv * de[o + i] * hp[o + i];  /* dL/d(dt A) */
+                        adt[i] += dlog * An[i];
+                        dAn[i] += dlog * dt[i];
+                        gn[i] = gv * de[o + i];                 /* carried to step t - 1 */
+                    }
+                    dCt[n] += sum_c;
+                    dBt[n] += sum_b;
+                }
+                for (int i = 0; i < W; i++) {  /* x = dt u: ax is dL/dx; dt also enters through the decays */
+                    float uv = u[row + i], pre = delta[row + i] + bias[d0 + i];
+                    d_u[row + i] = dy[i] * Dv[d0 + i] + ax[i] * dt[i];
+                    d_delta[row + i] = (adt[i] + ax[i] * uv) * sigmoid(pre);
+                }
+            }
+        }
+        store_state(d_h0 + (long)b * D * N, g, D, N, d0, W);
+    }
+    free(g); free(hs); free(dec); free(dts); free(x); free(dy); free(ax); free(adt); free(y);
+}
+
+/* Depthwise causal convolution + SiLU, time-major. x: rows of ldx floats (the first D used), [T, Bt, D];
+   wT: [W, D] (the weight transposed); bias: [D] or NULL; hist: [Bt, D, W] (the last W inputs before x) or NULL
+   (zeros); out: [T, Bt, D] contiguous. out[t] = silu(bias + sum_j wT[j] x[t - W + 1 + j]). */
+static inline const float *conv_input(const float *x, const float *hist, int ldx, int Bt, int D, int W, int tt,
+                                      int b, float *tmp) {
+    if (tt >= 0) return x + ((long)tt * Bt + b) * ldx;
+    if (hist == NULL) return NULL;
+    for (int d = 0; d < D; d++) tmp[d] = hist[((long)b * D + d) * W + W + tt];
+    return tmp;
+}
+
+void conv_forward(int T, int Bt, int D, int W, int ldx, const float *restrict x, const float *restrict wT,
+                  const float *restrict bias, const float *restrict hist, float *restrict out, int b0, int b1) {
+    float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
+    for (int b = b0; b < b1; b++)
+        for (int t = 0; t < T; t++) {
+            for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
+            for (int j = 0; j < W; j++) {
+                const float *xr = conv_input(x, hist, ldx, Bt, D, W, t - W + 1 + j, b, tmp);
+                if (xr == NULL) continue;
+                const float *wj = wT + (long)j * D;
+                for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
+            }
+            float *o = out + ((long)t * Bt + b) * D;
+            for (int d = 0; d < D; d++) o[d] = acc[d] / (1.f + expf(-acc[d]));
+        }
+    free(acc); free(tmp);
+}
+
+/* d_out: [T, Bt, D]. Written: d_x [T, Bt, D] (contiguous), d_hist [Bt, D, W] (if hist). Accumulated (zeroed by
+   the caller, one buffer per sequence block): d_wT [W, D], d_bias [D]. */
+void conv_backward(int T, int Bt, int D, int W, int ldx, const float *restrict x, const float *restrict wT,
+                   const float *restrict bias, const float *restrict hist, const float *restrict d_out,
+                   float *restrict d_x, float *restrict d_hist, float *restrict d_wT, float *restrict d_bias,
+                   int b0, int b1) {
+    float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
+    float *dp = (float *)malloc(sizeof(float) * D);
+    for (int b = b0; b < b1; b++) {
+        for (int t = 0; t < T; t++) {
+            float *dx = d_x + ((long)t * Bt + b) * D;
+            for (int d = 0; d < D; d++) dx[d] = 0.f;
+        }
+        if (hist && d_hist)
+            for (int k = 0; k < D * W; k++) d_hist[(long)b * D * W + k] = 0.f;
+        for (int t = 0; t < T; t++) {
+            for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
+            for (int j = 0; j < W; j++) {
+                const float *xr = conv_input(x, hist, ldx, Bt, D, W, t - W + 1 + j, b, tmp);
+                if (xr == NULL) continue;
+                const float *wj = wT + (long)j * D;
+                for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
+            }
+            const float *go = d_out + ((long)t * Bt + b) * D;
+            for (int d = 0; d < D; d++) {
+                float s = 1.f / (1.f + expf(-acc[d]));
+                dp[d] = go[d] * s * (1.f + acc[d] * (1.f - s));
+            }
+            if (d_bias) for (int d = 0; d < D; d++) d_bias[d] += dp[d];
+            for (int j = 0; j < W; j++) {
+                int tt = t - W + 1 + j;
+                const float *xr = conv_input(x, hist, ldx, Bt, D, W, tt, b, tmp);
+                if (xr == NULL) continue;
+                const float *wj = wT + (long)j * D;
+                float *dwj = d_wT + (long)j * D;
+                for (int d = 0; d < D; d++) dwj[d] += dp[d] * xr[d];
+                if (tt >= 0) {
+                    float *dx = d_x + ((long)tt * Bt + b) * D;
+                    for (int d = 0; d < D; d++) dx[d] += wj[d] * dp[d];
+                } else if (d_hist) {
+                    for (int d = 0; d < D; d++) d_hist[((long)b * D + d) * W + W + tt] += wj[d] * dp[d];
+                }
+            }
+        }
+    }
+    free(acc); free(tmp); free(dp);
+}
+"""
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+_FAILED: str | None = None
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("MIXBENCH_CACHE") or Path.home() / ".cache" / "mixbench").expanduser() / "kernels"
+
+
+def _machine_key() -> str:
+    """This CPU's model and flags: ``-march=native`` code must never run on another CPU sharing the cache."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = []
+    return "".join(lines)
+
+
+def _build() -> ctypes.CDLL:
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        raise OSError("no C compiler (cc/gcc) on PATH")
+    key = hashlib.sha256((SOURCE + _machine_key() + compiler).encode()).hexdigest()[:16]
+    lib = _cache_dir() / f"selective_scan_{key}.so"
+    if not lib.exists():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+            src, out = Path(tmp) / "scan.c", Path(tmp) / "scan.so"
+            src.write_text(SOURCE)
+            cmd = [compiler, "-O3", "-ffast-math", "-march=native", "-fPIC", "-shared", str(src), "-o", str(out),
+                   "-lmvec", "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+            if done.returncode != 0:  # no libmvec: scalar exponentials, still one loop
+                cmd.remove("-lmvec")
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+            if done.returncode != 0:
+                raise OSError(f"building the selective-scan kernel failed: {done.stderr.strip()[:300]}")
+            os.replace(out, lib)  # atomic: concurrent builders never load a half-written file
+    handle = ctypes.CDLL(str(lib))
+    i, p = ctypes.c_int, ctypes.c_void_p
+    handle.scan_forward.argtypes = [i] * 6 + [p] * 12 + [i] * 4
+    handle.scan_backward.argtypes = [i] * 6 + [p] * 19 + [i] * 4
+    handle.conv_forward.argtypes = [i] * 5 + [p] * 5 + [i] * 2
+    handle.conv_backward.argtypes = [i] * 5 + [p] * 9 + [i] * 2
+    return handle
+
+
+def available() -> bool:
+    """Whether the compiled kernel can be used here (builds it on the first call)."""
+    return _library() is not None
+
+
+def unavailable_reason() -> str | None:
+    _library()
+    return _FAILED
+
+
+def _library() -> ctypes.CDLL | None:
+    global _LIB, _FAILED
+    if _LIB is not None or _FAILED is not None:
+        return _LIB
+    with _LOCK:
+        if _LIB is None and _FAILED is None:
+            try:
+                _LIB = _build()
+            except (OSError, subprocess.SubprocessError) as exc:
+                _FAILED = str(exc)
+    return _LIB
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    if t is None:
+        return None
+    assert t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"
+    return t.data_ptr()
+
+
+def _rows(t: torch.Tensor) -> tuple[int, int]:
+    """Pointer and row stride of a [T, Bt, D] tensor whose rows may be wider (a view of a wider tensor's first
+    columns, as ``xz[..., :D]``): every dimension but the last may be strided by whole rows."""
+    assert t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(-1) == 1
+    T, Bt, _ = t.shape
+    ld = t.stride(1)
+    assert t.stride(0) == Bt * ld or T == 1, "rows must be evenly spaced"
+    return t.data_ptr(), ld
+
+
+def _work_split(Bt: int, D: int) -> list[tuple[int, int, int, int]]:
+    """(b0, b1, d0, d1) blocks for the worker threads: whole sequences when there are enough, else channel blocks."""
+    workers = max(1, torch.get_num_threads())
+    if Bt >= workers or D < 2 * workers:
+        per = -(-Bt // workers)
+        return [(b, min(b + per, Bt), 0, D) for b in range(0, Bt, per)]
+    per = -(-D // workers)
+    return [(0, Bt, d, min(d + per, D)) for d in range(0, D, per)]
+
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _run(calls: list) -> None:
+    global _POOL
+    if len(calls) == 1:
+        calls[0]()
+        return
+    if _POOL is None or _POOL._max_workers < len(calls):  # noqa: SLF001  (grow once, reuse afterwards)
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="mixbench-scan")
+    for future in [_POOL.submit(c) for c in calls]:
+        future.result()
+
+
+def forward(u, delta, bias, A, B, C, Dv, z, h0):
+    """``out = (C . h + Dv u) * silu(z)`` [T, Bt, D], the last state [Bt, D, N] and the checkpoints, with
+    ``dt = softplus(delta + bias)``; every input float32, contiguous, time-major (``z`` may be the first columns
+    of a wider tensor, see :func:`_rows`)."""
+    lib = _library()
+    T, Bt, D = u.shape
+    N = A.shape[1]
+    out = torch.empty_like(u)
+    h_last = torch.empty_like(h0)
+    ck = u.new_empty(-(-T // SEGMENT), Bt, N, D)
+    AT = A.t().contiguous()
+    z_ptr, ldz = _rows(z)
+    args = (T, Bt, D, N, SEGMENT, ldz, _ptr(u), _ptr(delta), _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), _ptr(Dv),
+            z_ptr, _ptr(h0), _ptr(out), _ptr(h_last), _ptr(ck))
+    _run([lambda blk=blk: lib.scan_forward(*args, *blk) for blk in _work_split(Bt, D)])
+    return out, h_last, ck
+
+
+def backward(u, delta, bias, A, B, C, Dv, z, ck, d_out, g_last):
+    """Gradients of u, delta, bias, A, B, C, Dv, z and the initial state."""
+    lib = _library()
+    T, Bt, D = u.shape
+    N = A.shape[1]
+    blocks = _work_split(Bt, D)
+    d_u, d_delta, d_z = torch.empty_like(u), torch.empty_like(u), torch.empty_like(u)
+    dAT_part = u.new_zeros(Bt, N, D)
+    dD_part = u.new_zeros(Bt, D)
+    d_h0 = u.new_empty(Bt, D, N)
+    AT = A.t().contiguous()
+    # B and C are shared by all channels: one accumulator per channel block, summed afterwards
+    dB = [torch.zeros_like(B) for _ in blocks]
+    dC = [torch.zeros_like(C) for _ in blocks]
+    z_ptr, ldz = _rows(z)
+    calls = []
+    for blk, db, dc in zip(blocks, dB, dC):
+        args = (T, Bt, D, N, SEGMENT, ldz, _ptr(u), _ptr(delta), _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), _ptr(Dv),
+                z_ptr, _ptr(ck), _ptr(d_out), _ptr(g_last), _ptr(d_u), _ptr(d_delta), _ptr(d_z), _ptr(dAT_part),
+                _ptr(dD_part), _ptr(db), _ptr(dc), _ptr(d_h0))
+        calls.append(lambda args=args, blk=blk: lib.scan_backward(*args, *blk))
+    _run(calls)
+    return (d_u, d_delta, d_delta.sum((0, 1)), dAT_part.sum(0).t(), sum(dB[1:], dB[0]), sum(dC[1:], dC[0]),
+            dD_part.sum(0), d_z, d_h0)
+
+
+def _batch_split(Bt: int) -> list[tuple[int, int]]:
+    workers = max(1, min(torch.get_num_threads(), Bt))
+    per = -(-Bt // workers)
+    return [(b, min(b + per, Bt)) for b in range(0, Bt, per)]
+
+
+def conv_forward(x, weight, bias, hist):
+    """``silu(depthwise causal conv(x))`` time-major: ``x`` [T, Bt, D] (rows may be wider, see :func:`_rows`),
+    ``weight`` [D, 1, W] (a Conv1d's), ``bias`` [D] or None, ``hist`` [Bt, D, W] (the last W inputs) or None."""
+    lib = _library()
+    T, Bt, D = x.shape
+    W = weight.shape[-1]
+    wT = weight.detach().reshape(D, W).t().contiguous().float()
+    out = x.new_empty(T, Bt, D)
+    x_ptr, ldx = _rows(x)
+    b_ptr = _ptr(bias.detach().float().contiguous()) if bias is not None else None
+    keep = [wT, bias]  # alive until the calls return
+    args = (T, Bt, D, W, ldx, x_ptr, _ptr(wT), b_ptr, _ptr(hist), _ptr(out))
+    _run([lambda blk=blk: lib.conv_forward(*args, *blk) for blk in _batch_split(Bt)])
+    del keep
+    return out
+
+
+def conv_backward(x, weight, bias, hist, d_out):
+    """Gradients of ``x`` (contiguous), the weight [D, 1, W], the bias and the history of :func:`conv_forward`."""
+    lib = _library()
+    T, Bt, D = x.shape
+    W = weight.shape[-1]
+    wT = weight.detach().reshape(D, W).t().contiguous().float()
+    bias_f = bias.detach().float().contiguous() if bias is not None else None
+    x_ptr, ldx = _rows(x)
+    d_x = x.new_empty(T, Bt, D)
+    d_hist = torch.empty_like(hist) if hist is not None else None
+    blocks = _batch_split(Bt)
+    d_wT = [x.new_zeros(W, D) for _ in blocks]
+    d_bias = [x.new_zeros(D) for _ in blocks]
+    calls = []
+    for blk, dw, db in zip(blocks, d_wT, d_bias):
+        args = (T, Bt, D, W, ldx, x_ptr, _ptr(wT), _ptr(bias_f), _ptr(hist), _ptr(d_out), _ptr(d_x), _ptr(d_hist),
+                _ptr(dw), _ptr(db) if bias is not None else None)
+        calls.append(lambda args=args, blk=blk: lib.conv_backward(*args, *blk))
+    _run(calls)
+    d_w = sum(d_wT[1:], d_wT[0]).t().reshape(D, 1, W)
+    return d_x, d_w, (sum(d_bias[1:], d_bias[0]) if bias is not None else None), d_hist
