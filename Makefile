@@ -16,7 +16,7 @@ export TOKENIZERS_PARALLELISM := false
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup test test-deps quickstart bench clean
+.PHONY: setup test test-deps quickstart bench reference-board clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,15 @@ test: setup test-deps
 
 quickstart: setup
 	$(BIN)/mixbench quickstart
+
+# The reference board of the embedded default (results/README.md): a quickstart into a fresh store, then the board.
+REF := results/reference
+reference-board: setup
+	rm -rf $(REF)/store && mkdir -p $(REF)
+	$(BIN)/mixbench quickstart --results $(REF)/store --no-progress > $(REF)/quickstart.log 2>&1
+	$(BIN)/mixbench leaderboard --results $(REF)/store --output $(REF)/board.md
+	$(BIN)/mixbench leaderboard --results $(REF)/store --all --format json --output $(REF)/board.json
+	rm -rf $(REF)/store
 
 bench: setup
 	$(BIN)/python benchmarks/protot_kernels.py

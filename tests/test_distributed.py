@@ -63,7 +63,7 @@ def test_two_process_gloo_torchrun_matches_single_process(tmp_path):
     weight_gap = max((ddp_ckpt.weights[k] - ref_ckpt.weights[k]).abs().max().item() for k in ref_ckpt.weights)
     assert weight_gap < 1e-3
     # rank 0 alone wrote: one snapshot, no stray tokenizer copy
-    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == ["LATEST", "step-0000032"]
+    assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == [".lock", "LATEST", "step-0000032"]
 
     # negative control: one rank's half batch trained alone is far outside the tolerance
     half = train_tiny(tmp_path / "half", "protot", "--batch-size", "4", "--tokens", "16384")

@@ -1,0 +1,24 @@
+"""The committed reference board (results/reference/) parses under the current board schema and covers the
+quickstart's mixers and suites: a format change cannot leave it stale unnoticed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.quickstart import quickstart_mixers, quickstart_suites
+from harness.render import validate_board_document
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+
+
+def test_reference_board_parses_and_covers_the_quickstart():
+    doc = json.loads((REFERENCE / "board.json").read_text(encoding="utf-8"))
+    validate_board_document(doc)
+    assert {r["mixer"] for r in doc["rows"]} == set(quickstart_mixers())
+    assert {c["suite"] for c in doc["columns"]} == set(quickstart_suites())
+    for row in doc["rows"]:
+        assert row["gate"] == "passed" and row["provenance"]["revision"], row["model"]
+    md = (REFERENCE / "board.md").read_text(encoding="utf-8")
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(doc["rows"]) and max(map(len, table)) <= 120
