@@ -117,3 +117,15 @@ def _one_step(q, k, v, beta, g, scale, initial_state, output_final_state):
     S = S + k.unsqueeze(-1) * u.unsqueeze(-2)
     o = ((q * scale).unsqueeze(-2) @ S).squeeze(-2)
     return o.unsqueeze(1).to(dtype), (S if output_final_state else None)
+
+
+def chunked_flops(batch: int, length: int, heads: int, k_dim: int, v_dim: int, chunk: int = CHUNK) -> float:
+    """Floating-point operations of one :func:`chunk_delta_rule` forward pass (the products and the triangular
+    solve; elementwise work is not counted): what the throughput suite divides by the kernel's time."""
+    C = min(chunk, length)
+    chunks = -(-length // C)
+    per_chunk = (2 * C * C * k_dim * 3  # k_beta k^T, q k^T, ut @ k_in
+                 + 2 * C * C * v_dim * 2  # ut @ v_beta, tril(q k^T) @ u
+                 + C**3 / 3 * 2  # the unit-triangular solve against the identity
+                 + 2 * C * k_dim * v_dim * 3)  # w @ S, k_out^T @ u, q_in @ S
+    return float(batch * heads * chunks * per_chunk)

@@ -34,11 +34,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import Unit
+from harness.mixer import KernelBenchmark, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers import _fla_routing, _routing, deltanet_cpu
+from mixers import _fla_routing, _routing, delta_rule_cpu, deltanet_cpu
 from mixers._routed_mixer import RoutedMixer
 
 #: fla's initializer_range
@@ -133,6 +133,33 @@ class _DeltaBase(RoutedMixer):
 
     def default_kernel(self, device: torch.device) -> str:
         return "triton" if device.type == "cuda" else "chunk"
+
+    def chunk_lengths(self) -> tuple[int, ...]:
+        return (delta_rule_cpu.CHUNK, _fla_routing.CHUNK)
+
+    def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
+        """Forward + backward of the chunked delta rule (kernel ``chunk``) at this layer's head sizes, on
+        l2-normalised keys, with 3x the forward pass's FLOPs (:func:`mixers.delta_rule_cpu.chunked_flops`)."""
+        if self.kernel != "chunk":
+            return None
+        H, K, V = self.layer.num_heads, self.layer.head_k_dim, self.layer.head_v_dim
+        gen = torch.Generator().manual_seed(0)
+
+        def tensor(*shape, fn=lambda t: t):
+            return fn(torch.randn(*shape, generator=gen)).to(device).requires_grad_(True)
+
+        q, v = tensor(batch, seq_len, H, K), tensor(batch, seq_len, H, V)
+        k = tensor(batch, seq_len, H, K, fn=lambda t: F.normalize(t, dim=-1))
+        beta = tensor(batch, seq_len, H, fn=torch.sigmoid)
+        g = tensor(batch, seq_len, H, fn=lambda t: -0.1 * t.abs()) if hasattr(self.layer, "A_log") else None
+        grad = torch.randn(batch, seq_len, H, V, generator=gen).to(device)
+
+        def run() -> None:
+            o, _ = delta_rule_cpu.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)
+            o.backward(grad)
+
+        flops = 3 * delta_rule_cpu.chunked_flops(batch, seq_len, H, K, V)
+        return KernelBenchmark(run, flops, "chunked delta rule, forward + backward")
 
     def _output_projection(self) -> nn.Linear:
         return self.layer.o_proj

@@ -5,7 +5,8 @@ routed torch path is the mixers' reference kernel), in fewer and larger operatio
 goes to the number of tensor passes and copies rather than to arithmetic (docs/cpu_kernels.md):
 
 * q, k and v come from one matrix product (the three weight matrices concatenated) and one depthwise causal
-  convolution over all their channels, instead of three of each;
+  convolution + SiLU over all their channels (the compiled loop of :mod:`mixers.selective_scan_c` where a C
+  compiler is available, else ``F.conv1d``), instead of three of each;
 * q and k are l2-normalised per head as fla's kernels do in-kernel (``x / sqrt(|x|^2 + 1e-6)``);
 * the delta rule is :func:`mixers.delta_rule_cpu.chunk_delta_rule` in fla's own [B, T, H, K] layout, with a
   state carried in and out, so training, prefill and decode all take this path;
@@ -71,23 +72,38 @@ def _l2norm(t: torch.Tensor) -> torch.Tensor:
 
 
 def _short_conv(layer: nn.Module, qkv: torch.Tensor, conv: tuple[torch.Tensor, ...] | None, with_state: bool):
-    """The q, k and v ShortConvolutions (depthwise, causal, SiLU) as one convolution over their channels."""
+    """The q, k and v ShortConvolutions (depthwise, causal, SiLU) as one convolution over their channels: the
+    compiled loop of :mod:`mixers.selective_scan_c` (one pass forward, one backward) where it is available."""
     convs = (layer.q_conv1d, layer.k_conv1d, layer.v_conv1d)
     weight = torch.cat([c.weight for c in convs])  # [channels, 1, W]
     bias = torch.cat([c.bias for c in convs]) if convs[0].bias is not None else None
     W = weight.shape[-1]
-    inputs = qkv.transpose(1, 2)  # [B, channels, T]
-    if conv is None and not with_state:
-        y = F.conv1d(F.pad(inputs, (W - 1, 0)), weight, bias, groups=weight.shape[0])
-        return F.silu(y).transpose(1, 2), None
-    history = torch.cat(conv, dim=1).to(inputs.dtype) if conv is not None else inputs.new_zeros(
-        inputs.shape[0], weight.shape[0], W)
-    window = torch.cat([history, inputs], dim=-1)
-    y = F.conv1d(window[..., 1:], weight, bias, groups=weight.shape[0])
+    history = torch.cat(conv, dim=1).to(qkv.dtype) if conv is not None else None
     new = None
     if with_state:
+        if history is None:
+            history = qkv.new_zeros(qkv.shape[0], weight.shape[0], W)
+        window = torch.cat([history, qkv.transpose(1, 2)], dim=-1)
         new = tuple(window[..., -W:].split([c.weight.shape[0] for c in convs], dim=1))
+    if _compiled(qkv):
+        from mixers.selective_scan_c import ConvSiLU
+
+        hist = None if history is None else history.float().contiguous()
+        return ConvSiLU.apply(qkv.float().transpose(0, 1), weight, bias, hist, True).transpose(0, 1), new
+    inputs = qkv.transpose(1, 2)  # [B, channels, T]
+    if history is None:
+        y = F.conv1d(F.pad(inputs, (W - 1, 0)), weight, bias, groups=weight.shape[0])
+    else:
+        y = F.conv1d(torch.cat([history, inputs], dim=-1)[..., 1:], weight, bias, groups=weight.shape[0])
     return F.silu(y).transpose(1, 2), new
+
+
+def _compiled(t: torch.Tensor) -> bool:
+    """Whether the compiled conv of :mod:`mixers.selective_scan_c` runs for ``t`` (fp32 CPU tensors where it
+    could be built; else ``F.conv1d``)."""
+    from mixers import selective_scan_c
+
+    return t.device.type == "cpu" and t.dtype == torch.float32 and selective_scan_c.available()
 
 
 def _output_norm(layer: nn.Module, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,7 @@ from harness.registry import register_mixer
 from harness.values import option
 from mixers import _mamba_routing, _routing, mamba_cpu
 from mixers._routed_mixer import RoutedMixer
+from mixers.selective_scan_cpu import CHECKPOINT
 
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
 
@@ -177,6 +178,11 @@ class MambaMixer(_MambaBase):
     def cuda_kernels_installed(self) -> bool:
         return self.routing.selective_scan_cuda
 
+    def chunk_lengths(self) -> tuple[int, ...]:
+        from mixers.selective_scan_c import SEGMENT
+
+        return (SEGMENT, CHECKPOINT)  # the compiled and the PyTorch scan's checkpoint segments
+
     def _choose_fused_path(self) -> None:
         # mamba_inner_fn (needs causal-conv1d) applies out_proj inside the kernel, past the unit-mask hook
         self.mamba.use_fast_path = self.kernel == "cuda" and self.routing.causal_conv1d and not self.masking
@@ -254,6 +260,11 @@ class Mamba2Mixer(_MambaBase):
             ngroups=cfg.ngroups, chunk_size=cfg.chunk_size, use_mem_eff_path=False,
         )
         self._finish_init(n_layers)
+
+    def chunk_lengths(self) -> tuple[int, ...]:
+        from mixers.ssd_cpu import CHUNK
+
+        return (CHUNK, _mamba_routing.CPU_SSD_BLOCK)
 
     def _choose_fused_path(self) -> None:
         # mamba_split_conv1d_scan_combined (needs causal-conv1d) applies out_proj inside, past the unit-mask hook

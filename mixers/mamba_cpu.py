@@ -5,7 +5,7 @@ The same maths and parameters as ``mamba_ssm.Mamba.forward`` (whose routed torch
 projection to the output projection, the layout the scan works in (the package's path transposes between
 [batch, channels, T] and [batch, T, channels] five times per layer). Between the projections there are two
 autograd nodes, each one compiled loop forward and one backward (:mod:`mixers.selective_scan_c`):
-:class:`_ConvSiLU` (the depthwise causal conv and its SiLU) and :class:`_Scan` (the step size's bias and
+:class:`mixers.selective_scan_c.ConvSiLU` (the depthwise causal conv and its SiLU) and :class:`_Scan` (the step size's bias and
 softplus, the recurrence, the skip ``D`` and the ``silu(z)`` gate). Where no C compiler is available, the same
 maths runs in PyTorch (``F.conv1d`` and :mod:`mixers.selective_scan_cpu`'s recurrence, autograd around them).
 A decode state in and out is the package's pair (the last ``d_conv`` conv inputs [batch, D, d_conv], the SSM
@@ -24,8 +24,6 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
             with_state: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``m`` (a ``mamba_ssm.Mamba``) on ``x`` [batch, T, d_model] from the given states (None: zeros). Returns the
     output and, when ``with_state``, the new conv and SSM states."""
-    from mixers import selective_scan_c
-
     xz = m.in_proj(x.transpose(0, 1)).float()  # [T, batch, 2 D], contiguous
     D = m.d_inner
     u, z = xz.split(D, dim=-1)  # split, not slicing: the backward is one cat, not two zero-filled copies
@@ -34,8 +32,10 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
         history = conv_state if conv_state is not None else u.new_zeros(u.shape[1], D, m.d_conv)
         new_conv = torch.cat([history.to(u.dtype), u.permute(1, 2, 0)], dim=-1)[..., -m.d_conv:]
     hist = None if conv_state is None else conv_state.float().contiguous()
-    if selective_scan_c.available():
-        u = _ConvSiLU.apply(u, m.conv1d.weight, m.conv1d.bias, hist)
+    if _compiled(u):
+        from mixers.selective_scan_c import ConvSiLU
+
+        u = ConvSiLU.apply(u, m.conv1d.weight, m.conv1d.bias, hist)
     else:
         u = _torch_conv_silu(m.conv1d, u, hist)
     dt, B, C = torch.split(m.x_proj(u), [m.dt_rank, m.d_state, m.d_state], dim=-1)
@@ -46,26 +46,16 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
     return y.transpose(0, 1), new_conv, (None if last is None else last.to(x.dtype))
 
 
-class _ConvSiLU(torch.autograd.Function):
-    """The package's depthwise causal conv + SiLU, time-major, compiled (:mod:`mixers.selective_scan_c`)."""
+def _compiled(t: torch.Tensor) -> bool:
+    """Whether the C loops run for ``t``: CPU tensors where the kernel could be built (else the PyTorch path, which
+    also serves CUDA tensors)."""
+    from mixers import selective_scan_c
 
-    @staticmethod
-    def forward(ctx, u, weight, bias, hist):
-        from mixers import selective_scan_c
-
-        ctx.save_for_backward(u, weight, bias, hist)
-        return selective_scan_c.conv_forward(u, weight, bias, hist)
-
-    @staticmethod
-    def backward(ctx, d_out):
-        from mixers import selective_scan_c
-
-        u, weight, bias, hist = ctx.saved_tensors
-        return selective_scan_c.conv_backward(u, weight, bias, hist, d_out.contiguous())
+    return t.device.type == "cpu" and selective_scan_c.available()
 
 
 def _torch_conv_silu(conv: nn.Conv1d, u: torch.Tensor, hist: torch.Tensor | None) -> torch.Tensor:
-    """:class:`_ConvSiLU` in torch (no C compiler): ``u`` [T, batch, D], ``hist`` [batch, D, W] or None."""
+    """:class:`mixers.selective_scan_c.ConvSiLU` in torch (no C compiler): ``u`` [T, batch, D], ``hist`` [batch, D, W] or None."""
     W = conv.weight.shape[-1]
     inputs = u.permute(1, 2, 0)
     window = F.pad(inputs, (W - 1, 0)) if hist is None else torch.cat([hist, inputs], dim=-1)[..., 1:]
@@ -73,15 +63,13 @@ def _torch_conv_silu(conv: nn.Conv1d, u: torch.Tensor, hist: torch.Tensor | None
 
 
 def scan(u, delta, delta_bias, A, B, C, D, z, h0=None, with_state=False):
-    """``(u_t C_t . h_t + D u_t) * silu(z_t)`` [T, batch, D] and, with ``with_state``, the last state [batch, D, N],
+    """``(C_t . h_t + D u_t) * silu(z_t)`` [T, batch, D] and, with ``with_state``, the last state [batch, D, N],
     all time-major: ``u``, ``delta`` (before bias and softplus), ``z`` [T, batch, D]; ``delta_bias``, ``D`` [D];
     ``A`` [D, N] (negative); ``B``, ``C`` [T, batch, N]; ``h0`` [batch, D, N] or None (zero). Computes in fp32."""
-    from mixers import selective_scan_c
-
     u, delta, B, C = (t.float().contiguous() for t in (u, delta, B, C))
     A, D, delta_bias = A.float().contiguous(), D.float().contiguous(), delta_bias.float().contiguous()
     h0 = u.new_zeros(u.shape[1], A.shape[0], A.shape[1]) if h0 is None else h0.float().contiguous()
-    if selective_scan_c.available():
+    if _compiled(u):
         z = z.float()
         if z.stride(-1) != 1 or z.stride(0) != z.shape[1] * z.stride(1):  # rows of a wider tensor are fine
             z = z.contiguous()
@@ -98,17 +86,18 @@ class _Scan(torch.autograd.Function):
     def forward(ctx, u, delta, delta_bias, A, B, C, D, z, h0):
         from mixers import selective_scan_c
 
-        out, last, checkpoints = selective_scan_c.forward(u, delta, delta_bias, A, B, C, D, z, h0)
-        ctx.save_for_backward(u, delta, delta_bias, A, B, C, D, z, checkpoints)
+        out, last, (checkpoints, y_skip) = selective_scan_c.forward(u, delta, delta_bias, A, B, C, D, z, h0)
+        ctx.save_for_backward(u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip)
         return out, last
 
     @staticmethod
     def backward(ctx, d_out, d_last):
         from mixers import selective_scan_c
 
-        u, delta, delta_bias, A, B, C, D, z, checkpoints = ctx.saved_tensors
-        g_last = d_last.contiguous() if d_last is not None else torch.zeros_like(checkpoints[0])
-        return selective_scan_c.backward(u, delta, delta_bias, A, B, C, D, z, checkpoints, d_out.contiguous(), g_last)
+        u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip = ctx.saved_tensors
+        g_last = d_last.contiguous() if d_last is not None else u.new_zeros(u.shape[1], A.shape[0], A.shape[1])
+        return selective_scan_c.backward(u, delta, delta_bias, A, B, C, D, z, (checkpoints, y_skip),
+                                         d_out.contiguous(), g_last)
 
 
 def _torch_scan(u, delta, delta_bias, A, B, C, D, z, h0):

@@ -63,7 +63,7 @@ void scan_forward(int T, int Bt, int D, int N, int seg, int ldz,
                   const float *restrict u, const float *restrict delta, const float *restrict bias,
                   const float *restrict AT, const float *restrict Bm, const float *restrict Cm,
                   const float *restrict Dv, const float *restrict z, const float *restrict h0,
-                  float *restrict out, float *restrict h_last, float *restrict ck,
+                  float *restrict out, float *restrict y_skip, float *restrict h_last, float *restrict ck,
                   int b0, int b1, int d0, int d1) {
     int W = d1 - d0;
     long SN = (long)W * N;
@@ -96,8 +96,9 @@ void scan_forward(int T, int Bt, int D, int N, int seg, int ldz,
             }
             const float *zr = z + ((long)t * Bt + b) * ldz + d0;
             for (int i = 0; i < W; i++) {
-                float zv = zr[i];
-                out[row + i] = (y[i] + Dv[d0 + i] * u[row + i]) * zv * sigmoid(zv);
+                float zv = zr[i], ys = y[i] + Dv[d0 + i] * u[row + i];
+                y_skip[row + i] = ys;  /* kept for the backward pass: the gate's gradient needs it */
+                out[row + i] = ys * zv * sigmoid(zv);
             }
         }
         store_state(h_last + (long)b * D * N, h, D, N, d0, W);
@@ -112,7 +113,7 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
                    const float *restrict u, const float *restrict delta, const float *restrict bias,
                    const float *restrict AT, const float *restrict Bm, const float *restrict Cm,
                    const float *restrict Dv, const float *restrict z, const float *restrict ck,
-                   const float *restrict d_out, const float *restrict g_last,
+                   const float *restrict y_skip, const float *restrict d_out, const float *restrict g_last,
                    float *restrict d_u, float *restrict d_delta, float *restrict d_z,
                    float *restrict dAT_part, float *restrict dD_part, float *restrict dB, float *restrict dC,
                    float *restrict d_h0,
@@ -125,7 +126,6 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
     float *dts = (float *)malloc(sizeof(float) * seg * W);       /* the segment's step sizes */
     float *x = (float *)malloc(sizeof(float) * W), *dy = (float *)malloc(sizeof(float) * W);
     float *ax = (float *)malloc(sizeof(float) * W), *adt = (float *)malloc(sizeof(float) * W);
-    float *y = (float *)malloc(sizeof(float) * W);
     int nseg = (T + seg - 1) / seg;
     for (int b = b0; b < b1; b++) {
         load_state(g, g_last + (long)b * D * N, D, N, d0, W);
@@ -162,17 +162,11 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
                 long row = ((long)t * Bt + b) * D + d0;
                 const float *hp = hs + (long)(t - t0) * SN, *hn = hp + SN, *de = dec + (long)(t - t0) * SN;
                 const float *dt = dts + (long)(t - t0) * W;
-                for (int i = 0; i < W; i++) { y[i] = 0.f; ax[i] = 0.f; adt[i] = 0.f; x[i] = dt[i] * u[row + i]; }
-                for (int n = 0; n < N; n++) {
-                    float cn = Ct_[n];
-                    const float *hnn = hn + (long)n * W;
-                    for (int i = 0; i < W; i++) y[i] += cn * hnn[i];
-                }
+                for (int i = 0; i < W; i++) { ax[i] = 0.f; adt[i] = 0.f; x[i] = dt[i] * u[row + i]; }
                 const float *zr = z + ((long)t * Bt + b) * ldz + d0;
                 for (int i = 0; i < W; i++) {  /* the gate and the skip */
                     float zv = zr[i], sz = sigmoid(zv), go = d_out[row + i], uv = u[row + i];
-                    float y_skip = y[i] + Dv[d0 + i] * uv;
-                    d_z[row + i] = go * y_skip * sz * (1.f + zv * (1.f - sz));
+                    d_z[row + i] = go * y_skip[row + i] * sz * (1.f + zv * (1.f - sz));
                     dy[i] = go * zv * sz;  /* dL/d y_skip */
                     dD[i] += dy[i] * uv;
                 }
@@ -203,49 +197,52 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
         }
         store_state(d_h0 + (long)b * D * N, g, D, N, d0, W);
     }
-    free(g); free(hs); free(dec); free(dts); free(x); free(dy); free(ax); free(adt); free(y);
+    free(g); free(hs); free(dec); free(dts); free(x); free(dy); free(ax); free(adt);
 }
 
-/* Depthwise causal convolution + SiLU, time-major. x: rows of ldx floats (the first D used), [T, Bt, D];
-   wT: [W, D] (the weight transposed); bias: [D] or NULL; hist: [Bt, D, W] (the last W inputs before x) or NULL
-   (zeros); out: [T, Bt, D] contiguous. out[t] = silu(bias + sum_j wT[j] x[t - W + 1 + j]). */
-static inline const float *conv_input(const float *x, const float *hist, int ldx, int Bt, int D, int W, int tt,
+/* Depthwise causal convolution + SiLU over time. Element (t, b, d) of x is x[t * xt + b * xb + d] (any
+   layout with contiguous channels: time-major [T, Bt, D] rows, batch-major [Bt, T, D], a view of a wider tensor's
+   first D columns); out, d_out and d_x likewise with their own strides. wT: [W, D] (the weight transposed);
+   bias: [D] or NULL; hist: [Bt, D, W] (the last W inputs before x) or NULL (zeros).
+   out[t] = silu(bias + sum_j wT[j] x[t - W + 1 + j]). */
+static inline const float *conv_input(const float *x, long xt, long xb, const float *hist, int D, int W, int tt,
                                       int b, float *tmp) {
-    if (tt >= 0) return x + ((long)tt * Bt + b) * ldx;
+    if (tt >= 0) return x + tt * xt + b * xb;
     if (hist == NULL) return NULL;
     for (int d = 0; d < D; d++) tmp[d] = hist[((long)b * D + d) * W + W + tt];
     return tmp;
 }
 
-void conv_forward(int T, int Bt, int D, int W, int ldx, const float *restrict x, const float *restrict wT,
-                  const float *restrict bias, const float *restrict hist, float *restrict out, int b0, int b1) {
+void conv_forward(int T, int Bt, int D, int W, const float *restrict x, long xt, long xb,
+                  const float *restrict wT, const float *restrict bias, const float *restrict hist,
+                  float *restrict out, long ot, long ob, int b0, int b1) {
     float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
     for (int b = b0; b < b1; b++)
         for (int t = 0; t < T; t++) {
             for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
             for (int j = 0; j < W; j++) {
-                const float *xr = conv_input(x, hist, ldx, Bt, D, W, t - W + 1 + j, b, tmp);
+                const float *xr = conv_input(x, xt, xb, hist, D, W, t - W + 1 + j, b, tmp);
                 if (xr == NULL) continue;
                 const float *wj = wT + (long)j * D;
                 for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
             }
-            float *o = out + ((long)t * Bt + b) * D;
+            float *o = out + t * ot + b * ob;
             for (int d = 0; d < D; d++) o[d] = acc[d] / (1.f + expf(-acc[d]));
         }
     free(acc); free(tmp);
 }
 
-/* d_out: [T, Bt, D]. Written: d_x [T, Bt, D] (contiguous), d_hist [Bt, D, W] (if hist). Accumulated (zeroed by
-   the caller, one buffer per sequence block): d_wT [W, D], d_bias [D]. */
-void conv_backward(int T, int Bt, int D, int W, int ldx, const float *restrict x, const float *restrict wT,
-                   const float *restrict bias, const float *restrict hist, const float *restrict d_out,
-                   float *restrict d_x, float *restrict d_hist, float *restrict d_wT, float *restrict d_bias,
-                   int b0, int b1) {
+/* Written: d_x (strides dxt, dxb), d_hist [Bt, D, W] (if hist and d_hist). Accumulated (zeroed by the caller, one
+   buffer per sequence block): d_wT [W, D], d_bias [D] (if bias). */
+void conv_backward(int T, int Bt, int D, int W, const float *restrict x, long xt, long xb,
+                   const float *restrict wT, const float *restrict bias, const float *restrict hist,
+                   const float *restrict d_out, long gt, long gb, float *restrict d_x, long dxt, long dxb,
+                   float *restrict d_hist, float *restrict d_wT, float *restrict d_bias, int b0, int b1) {
     float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
     float *dp = (float *)malloc(sizeof(float) * D);
     for (int b = b0; b < b1; b++) {
         for (int t = 0; t < T; t++) {
-            float *dx = d_x + ((long)t * Bt + b) * D;
+            float *dx = d_x + t * dxt + b * dxb;
             for (int d = 0; d < D; d++) dx[d] = 0.f;
         }
         if (hist && d_hist)
@@ -253,12 +250,12 @@ void conv_backward(int T, int Bt, int D, int W, int ldx, const float *restrict x
         for (int t = 0; t < T; t++) {
             for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
             for (int j = 0; j < W; j++) {
-                const float *xr = conv_input(x, hist, ldx, Bt, D, W, t - W + 1 + j, b, tmp);
+                const float *xr = conv_input(x, xt, xb, hist, D, W, t - W + 1 + j, b, tmp);
                 if (xr == NULL) continue;
                 const float *wj = wT + (long)j * D;
                 for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
             }
-            const float *go = d_out + ((long)t * Bt + b) * D;
+            const float *go = d_out + t * gt + b * gb;
             for (int d = 0; d < D; d++) {
                 float s = 1.f / (1.f + expf(-acc[d]));
                 dp[d] = go[d] * s * (1.f + acc[d] * (1.f - s));
@@ -266,13 +263,13 @@ void conv_backward(int T, int Bt, int D, int W, int ldx, const float *restrict x
             if (d_bias) for (int d = 0; d < D; d++) d_bias[d] += dp[d];
             for (int j = 0; j < W; j++) {
                 int tt = t - W + 1 + j;
-                const float *xr = conv_input(x, hist, ldx, Bt, D, W, tt, b, tmp);
+                const float *xr = conv_input(x, xt, xb, hist, D, W, tt, b, tmp);
                 if (xr == NULL) continue;
                 const float *wj = wT + (long)j * D;
                 float *dwj = d_wT + (long)j * D;
                 for (int d = 0; d < D; d++) dwj[d] += dp[d] * xr[d];
                 if (tt >= 0) {
-                    float *dx = d_x + ((long)tt * Bt + b) * D;
+                    float *dx = d_x + tt * dxt + b * dxb;
                     for (int d = 0; d < D; d++) dx[d] += wj[d] * dp[d];
                 } else if (d_hist) {
                     for (int d = 0; d < D; d++) d_hist[((long)b * D + d) * W + W + tt] += wj[d] * dp[d];
@@ -325,10 +322,11 @@ def _build() -> ctypes.CDLL:
             os.replace(out, lib)  # atomic: concurrent builders never load a half-written file
     handle = ctypes.CDLL(str(lib))
     i, p = ctypes.c_int, ctypes.c_void_p
-    handle.scan_forward.argtypes = [i] * 6 + [p] * 12 + [i] * 4
-    handle.scan_backward.argtypes = [i] * 6 + [p] * 19 + [i] * 4
-    handle.conv_forward.argtypes = [i] * 5 + [p] * 5 + [i] * 2
-    handle.conv_backward.argtypes = [i] * 5 + [p] * 9 + [i] * 2
+    handle.scan_forward.argtypes = [i] * 6 + [p] * 13 + [i] * 4
+    handle.scan_backward.argtypes = [i] * 6 + [p] * 20 + [i] * 4
+    q = ctypes.c_long
+    handle.conv_forward.argtypes = [i] * 4 + [p, q, q, p, p, p, p, q, q] + [i] * 2
+    handle.conv_backward.argtypes = [i] * 4 + [p, q, q, p, p, p, p, q, q, p, q, q, p, p, p] + [i] * 2
     return handle
 
 
@@ -397,25 +395,28 @@ def _run(calls: list) -> None:
 
 
 def forward(u, delta, bias, A, B, C, Dv, z, h0):
-    """``out = (C . h + Dv u) * silu(z)`` [T, Bt, D], the last state [Bt, D, N] and the checkpoints, with
+    """``out = (C . h + Dv u) * silu(z)`` [T, Bt, D], the last state [Bt, D, N] and what the backward needs (the
+    checkpoints and ``C . h + Dv u``), with
     ``dt = softplus(delta + bias)``; every input float32, contiguous, time-major (``z`` may be the first columns
     of a wider tensor, see :func:`_rows`)."""
     lib = _library()
     T, Bt, D = u.shape
     N = A.shape[1]
-    out = torch.empty_like(u)
+    out, y_skip = torch.empty_like(u), torch.empty_like(u)
     h_last = torch.empty_like(h0)
     ck = u.new_empty(-(-T // SEGMENT), Bt, N, D)
     AT = A.t().contiguous()
     z_ptr, ldz = _rows(z)
     args = (T, Bt, D, N, SEGMENT, ldz, _ptr(u), _ptr(delta), _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), _ptr(Dv),
-            z_ptr, _ptr(h0), _ptr(out), _ptr(h_last), _ptr(ck))
+            z_ptr, _ptr(h0), _ptr(out), _ptr(y_skip), _ptr(h_last), _ptr(ck))
     _run([lambda blk=blk: lib.scan_forward(*args, *blk) for blk in _work_split(Bt, D)])
-    return out, h_last, ck
+    return out, h_last, (ck, y_skip)
 
 
-def backward(u, delta, bias, A, B, C, Dv, z, ck, d_out, g_last):
-    """Gradients of u, delta, bias, A, B, C, Dv, z and the initial state."""
+def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
+    """Gradients of u, delta, bias, A, B, C, Dv, z and the initial state; ``saved`` is what :func:`forward`
+    returned third (the checkpoints and the ungated outputs)."""
+    ck, y_skip = saved
     lib = _library()
     T, Bt, D = u.shape
     N = A.shape[1]
@@ -432,7 +433,7 @@ def backward(u, delta, bias, A, B, C, Dv, z, ck, d_out, g_last):
     calls = []
     for blk, db, dc in zip(blocks, dB, dC):
         args = (T, Bt, D, N, SEGMENT, ldz, _ptr(u), _ptr(delta), _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), _ptr(Dv),
-                z_ptr, _ptr(ck), _ptr(d_out), _ptr(g_last), _ptr(d_u), _ptr(d_delta), _ptr(d_z), _ptr(dAT_part),
+                z_ptr, _ptr(ck), _ptr(y_skip), _ptr(d_out), _ptr(g_last), _ptr(d_u), _ptr(d_delta), _ptr(d_z), _ptr(dAT_part),
                 _ptr(dD_part), _ptr(db), _ptr(dc), _ptr(d_h0))
         calls.append(lambda args=args, blk=blk: lib.scan_backward(*args, *blk))
     _run(calls)
@@ -446,41 +447,71 @@ def _batch_split(Bt: int) -> list[tuple[int, int]]:
     return [(b, min(b + per, Bt)) for b in range(0, Bt, per)]
 
 
-def conv_forward(x, weight, bias, hist):
-    """``silu(depthwise causal conv(x))`` time-major: ``x`` [T, Bt, D] (rows may be wider, see :func:`_rows`),
-    ``weight`` [D, 1, W] (a Conv1d's), ``bias`` [D] or None, ``hist`` [Bt, D, W] (the last W inputs) or None."""
-    lib = _library()
-    T, Bt, D = x.shape
-    W = weight.shape[-1]
-    wT = weight.detach().reshape(D, W).t().contiguous().float()
-    out = x.new_empty(T, Bt, D)
-    x_ptr, ldx = _rows(x)
-    b_ptr = _ptr(bias.detach().float().contiguous()) if bias is not None else None
-    keep = [wT, bias]  # alive until the calls return
-    args = (T, Bt, D, W, ldx, x_ptr, _ptr(wT), b_ptr, _ptr(hist), _ptr(out))
-    _run([lambda blk=blk: lib.conv_forward(*args, *blk) for blk in _batch_split(Bt)])
-    del keep
-    return out
+def _time_batch(t: torch.Tensor) -> tuple[int, int, int]:
+    """Pointer and element strides over time and batch of a [T, Bt, D] tensor (or view) with contiguous channels."""
+    assert t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(-1) == 1
+    return t.data_ptr(), t.stride(0), t.stride(1)
 
 
-def conv_backward(x, weight, bias, hist, d_out):
-    """Gradients of ``x`` (contiguous), the weight [D, 1, W], the bias and the history of :func:`conv_forward`."""
+def conv_forward(x, weight, bias, hist, out=None):
+    """``silu(depthwise causal conv(x))`` over time: ``x`` indexed [T, Bt, D] (any strides over time and batch, see
+    :data:`SOURCE`; ``x.transpose(0, 1)`` of a batch-major tensor works), ``weight`` [D, 1, W] (a Conv1d's),
+    ``bias`` [D] or None, ``hist`` [Bt, D, W] (the last W inputs) or None. The result is time-major [T, Bt, D],
+    or written into ``out`` (indexed [T, Bt, D], e.g. a transposed batch-major buffer)."""
     lib = _library()
     T, Bt, D = x.shape
     W = weight.shape[-1]
     wT = weight.detach().reshape(D, W).t().contiguous().float()
     bias_f = bias.detach().float().contiguous() if bias is not None else None
-    x_ptr, ldx = _rows(x)
-    d_x = x.new_empty(T, Bt, D)
+    out = x.new_empty(T, Bt, D) if out is None else out
+    args = (T, Bt, D, W, *_time_batch(x), _ptr(wT), _ptr(bias_f), _ptr(hist), *_time_batch(out))
+    _run([lambda blk=blk: lib.conv_forward(*args, *blk) for blk in _batch_split(Bt)])
+    return out
+
+
+def conv_backward(x, weight, bias, hist, d_out, d_x=None):
+    """Gradients of ``x`` (time-major, or written into ``d_x``), the weight [D, 1, W], the bias and the history of
+    :func:`conv_forward`; ``d_out`` indexed [T, Bt, D] with any strides over time and batch."""
+    lib = _library()
+    T, Bt, D = x.shape
+    W = weight.shape[-1]
+    wT = weight.detach().reshape(D, W).t().contiguous().float()
+    bias_f = bias.detach().float().contiguous() if bias is not None else None
+    d_x = x.new_empty(T, Bt, D) if d_x is None else d_x
     d_hist = torch.empty_like(hist) if hist is not None else None
     blocks = _batch_split(Bt)
     d_wT = [x.new_zeros(W, D) for _ in blocks]
     d_bias = [x.new_zeros(D) for _ in blocks]
     calls = []
     for blk, dw, db in zip(blocks, d_wT, d_bias):
-        args = (T, Bt, D, W, ldx, x_ptr, _ptr(wT), _ptr(bias_f), _ptr(hist), _ptr(d_out), _ptr(d_x), _ptr(d_hist),
-                _ptr(dw), _ptr(db) if bias is not None else None)
+        args = (T, Bt, D, W, *_time_batch(x), _ptr(wT), _ptr(bias_f), _ptr(hist), *_time_batch(d_out),
+                *_time_batch(d_x), _ptr(d_hist), _ptr(dw), _ptr(db) if bias is not None else None)
         calls.append(lambda args=args, blk=blk: lib.conv_backward(*args, *blk))
     _run(calls)
     d_w = sum(d_wT[1:], d_wT[0]).t().reshape(D, 1, W)
     return d_x, d_w, (sum(d_bias[1:], d_bias[0]) if bias is not None else None), d_hist
+
+
+class ConvSiLU(torch.autograd.Function):
+    """A depthwise causal conv + SiLU (:func:`conv_forward` / :func:`conv_backward`) as one autograd node.
+
+    ``x`` is indexed [T, Bt, D]; with ``batch_major`` the output (and the input's gradient) is allocated
+    [Bt, T, D] and returned as its [T, Bt, D] view, so a caller working batch-major (``x = y.transpose(0, 1)``)
+    gets contiguous tensors back after transposing."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, hist, batch_major=False):
+        T, Bt, D = x.shape
+        out = x.new_empty(Bt, T, D).transpose(0, 1) if batch_major else None
+        ctx.save_for_backward(x, weight, bias, hist)
+        ctx.batch_major = batch_major
+        return conv_forward(x, weight, bias, hist, out)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        x, weight, bias, hist = ctx.saved_tensors
+        T, Bt, D = x.shape
+        if d_out.stride(-1) != 1:
+            d_out = d_out.contiguous()
+        d_x = x.new_empty(Bt, T, D).transpose(0, 1) if ctx.batch_major else None
+        return (*conv_backward(x, weight, bias, hist, d_out, d_x), None)

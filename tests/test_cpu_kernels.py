@@ -169,8 +169,8 @@ def test_compiled_scan_reads_z_from_a_wider_tensor():
 @pytestmark_c
 @pytest.mark.parametrize("with_history", [False, True])
 def test_compiled_conv_equals_conv1d(with_history):
-    """The depthwise causal conv + SiLU, time-major, against F.conv1d: output and the gradients of the input,
-    weight, bias and the carried history."""
+    """The depthwise causal conv + SiLU against F.conv1d: output and the gradients of the input, weight, bias and
+    the carried history, with a time-major and a batch-major output."""
     gen = torch.Generator().manual_seed(3)
     T, batch, D, W = 19, 3, 10, 4
     x = torch.randn(T, batch, D, generator=gen, requires_grad=True)
@@ -185,11 +185,13 @@ def test_compiled_conv_equals_conv1d(with_history):
         return F.silu(F.conv1d(window, weight, bias, groups=D)).permute(2, 0, 1)
 
     results = []
-    for fn in (reference, lambda: mamba_cpu._ConvSiLU.apply(x, weight, bias, hist)):
+    for fn in (reference, lambda: selective_scan_c.ConvSiLU.apply(x, weight, bias, hist),
+               lambda: selective_scan_c.ConvSiLU.apply(x, weight, bias, hist, True)):
         y = fn()
         results.append([y.detach(), *torch.autograd.grad((y * y.detach().cos()).sum(), leaves)])
-    for a, b in zip(results[1], results[0]):
-        assert rel(a, b) <= 1e-5
+    for mine in results[1:]:  # time-major and batch-major outputs
+        for a, b in zip(mine, results[0]):
+            assert rel(a, b) <= 1e-5
 
 
 def test_without_a_compiler_the_torch_scan_takes_over(tmp_path):
