@@ -285,6 +285,12 @@ class Kit:
     def run_link(self, run: RunRecord, text: str) -> str:
         return f'<a href="{_href(*[".."] * self.depth, "runs", f"{run.run_id}.html")}">{_e(text)}</a>'
 
+    def newest_per_model(self, runs) -> list[RunRecord]:
+        newest: dict[str, RunRecord] = {}
+        for run in _newest_first(list(runs)):
+            newest.setdefault(run.manifest.subject.row_id, run)
+        return sorted(newest.values(), key=lambda r: r.manifest.subject.label)
+
 
 # ---------------------------------------------------------------------------------------------- provenance
 

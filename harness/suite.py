@@ -229,6 +229,9 @@ class SiteKit(Protocol):
     def run_link(self, run: "RunRecord", text: str) -> str:
         """A link to the run's own page; ``text`` is escaped."""
 
+    def newest_per_model(self, runs: "Sequence[RunRecord]") -> "list[RunRecord]":
+        """The newest run of each board row among ``runs``, ordered by the rows' labels."""
+
 
 class Suite:
     """Base class of suites; ``name`` is set by ``register_suite``."""

@@ -19,11 +19,8 @@ def _num(v: Any) -> str:
 
 
 def site_section(runs: "list[RunRecord]", kit: "SiteKit") -> str:
-    newest: dict[str, "RunRecord"] = {}
-    for run in sorted(runs, key=lambda r: r.manifest.written_at, reverse=True):
-        newest.setdefault(run.manifest.subject.row_id, run)
     parts = []
-    for run in sorted(newest.values(), key=lambda r: r.manifest.subject.label):
+    for run in kit.newest_per_model(runs):
         units = [s for s in run.samples if s.get("kind") == "unit" and s.get("unit_set") == "units"]
         interventions = [s for s in run.samples if s.get("kind") == "intervention"]
         if not units and not interventions:

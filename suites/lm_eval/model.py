@@ -69,10 +69,12 @@ class MixbenchLM(TemplateLM):
                     max_gen_toks, seed)
 
     @classmethod
-    def wrap(cls, model, tokenizer: Tokenizer, device: str, batch_size: int = 16, seed: int = 1234) -> "MixbenchLM":
+    def wrap(cls, model, tokenizer: Tokenizer, device: str, batch_size: int = 16, seed: int = 1234,
+             progress: bool = True) -> "MixbenchLM":
         """An lm-eval model around an already loaded model and its tokenizer (the lm-eval suite's way in)."""
         lm = cls.__new__(cls)
         lm._setup(model, tokenizer, device, batch_size, None, DEFAULT_MAX_GEN_TOKS, seed)
+        lm.progress = progress
         return lm
 
     def _setup(self, model, tokenizer: Tokenizer, device: str, batch_size, max_length, max_gen_toks, seed) -> None:
@@ -85,6 +87,7 @@ class MixbenchLM(TemplateLM):
         self.model.check_context(self.max_length)
         self.max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
+        self.progress = True
 
     # ------------------------------------------------------------------ tokenizer
     @property
@@ -117,7 +120,7 @@ class MixbenchLM(TemplateLM):
         order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i][0]))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(inputs)
         self.model.eval()
-        bar = tqdm(total=len(order), desc="loglikelihood", disable=disable_tqdm, leave=False)
+        bar = tqdm(total=len(order), desc="loglikelihood", disable=disable_tqdm or not self.progress, leave=False)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             ids = torch.full((len(batch), len(inputs[batch[0]][0])), self.tok.pad_id, dtype=torch.long)
@@ -179,7 +182,7 @@ class MixbenchLM(TemplateLM):
             stops[index] = until
         outputs = [""] * len(requests)
         generator = torch.Generator(device=self._device).manual_seed(self.seed)
-        bar = tqdm(total=len(requests), desc="generate_until", disable=disable_tqdm, leave=False)
+        bar = tqdm(total=len(requests), desc="generate_until", disable=disable_tqdm or not self.progress, leave=False)
         for key, items in sorted(groups.items(), key=lambda g: -g[0][0]):  # longest prompts first
             length, max_new, (temperature, top_k, top_p) = key
             for start in range(0, len(items), self.batch_size):

@@ -156,19 +156,29 @@ def _items(logged: list[dict[str, Any]], metric: str, filt: str, value: float) -
 
 
 @contextmanager
-def _quiet_lm_eval() -> Iterator[None]:
-    """lm-eval logs a warning per task with a custom loader; only its errors matter to a mixbench run."""
+def _quiet_lm_eval(progress: bool) -> Iterator[None]:
+    """lm-eval logs a warning per task with a custom loader, and draws progress bars of its own; only its errors
+    matter to a mixbench run, and its bars follow the run's ``progress`` (tqdm reads ``TQDM_DISABLE``)."""
     import logging
+    import os
 
-    loggers = [logging.getLogger(name) for name in ("lm-eval", "lm_eval")]
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(("lm-eval", "lm_eval"))]
+    loggers = [logging.getLogger(n) for n in ("lm-eval", "lm_eval", *names)]
     levels = [lg.level for lg in loggers]
+    saved = os.environ.get("TQDM_DISABLE")
     for lg in loggers:
         lg.setLevel(logging.ERROR)
+    if not progress:
+        os.environ["TQDM_DISABLE"] = "1"
     try:
         yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+        if saved is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = saved
 
 
 @contextmanager
@@ -199,7 +209,7 @@ class LmEval(Suite):
     def identity_parts(self) -> dict[str, Any]:
         import lm_eval
 
-        with _data_errors(self.cfg):
+        with _data_errors(self.cfg), _quiet_lm_eval(progress=False):
             tasks_sha256 = task_fingerprint(task_manager(self.cfg), self.cfg.tasks)
         return {"tasks_sha256": tasks_sha256, "lm_eval": lm_eval.__version__}
 
@@ -210,8 +220,8 @@ class LmEval(Suite):
 
         cfg = self.cfg
         manager = task_manager(cfg)
-        lm = MixbenchLM.wrap(model, ctx.corpus.tokenizer, ctx.device, cfg.batch_size)
-        with _data_errors(cfg), _quiet_lm_eval():
+        lm = MixbenchLM.wrap(model, ctx.corpus.tokenizer, ctx.device, cfg.batch_size, progress=ctx.progress)
+        with _data_errors(cfg), _quiet_lm_eval(progress=ctx.progress):
             results = lm_eval.simple_evaluate(
                 model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit, task_manager=manager,
                 bootstrap_iters=cfg.bootstrap_iters, log_samples=True,

@@ -26,11 +26,8 @@ def _edit(edit: Any) -> str:
 
 
 def site_section(runs: "list[RunRecord]", kit: "SiteKit") -> str:
-    newest: dict[str, "RunRecord"] = {}
-    for run in sorted(runs, key=lambda r: r.manifest.written_at, reverse=True):
-        newest.setdefault(run.manifest.subject.row_id, run)
     parts = []
-    for run in sorted(newest.values(), key=lambda r: r.manifest.subject.label):
+    for run in kit.newest_per_model(runs):
         duplicates = ((run.manifest.suite_info or {}).get("pairs") or {}).get("duplicates") or {}
         counts = [(name, c.get("lines"), c.get("unique"), _num(c.get("duplicate_rate")))
                   for name, c in (duplicates.get("per_slice") or {}).items() if isinstance(c, dict)]
