@@ -1,53 +1,59 @@
-"""Mamba-1's selective scan on CPU: mamba-ssm's ``selective_scan_ref`` against ``mixers.selective_scan_cpu``.
+"""Mamba-1's selective scan on CPU, side by side: mamba-ssm's ``selective_scan_ref``, the PyTorch recurrence of
+``mixers.selective_scan_cpu`` and the compiled loop of ``mixers.selective_scan_c``; then the whole layer per kernel.
 
-Forward + backward at B = 4, T = 256, d_model = 256 (Mamba's expand 2 and d_state 16: 512 channels of 16
-states), on inputs shaped and scaled as the Mamba layer makes them. Two views, each timed in this one process,
-round-robin so that machine noise hits both variants alike, medians reported:
+Forward + backward at B = 4, T = 256, d_model = 256 by default (Mamba's expand 2 and d_state 16: 512 channels of
+16 states), on inputs shaped and scaled as the Mamba layer makes them (step sizes in Mamba's [1e-3, 1e-1]). Two
+views, each timed by :func:`harness.timing.interleaved` (rounds alternate, warm-up until settled):
 
-* ``scan``: the scan function alone (what the issue's >= 10x is about);
-* ``layer``: the whole ``mamba`` mixer layer, kernel ``reference`` vs ``cpu-scan`` (projections and conv included).
+* ``scan``: the scan alone, softplus of the step size, skip and gate included (what every variant computes);
+* ``layer``: the whole ``mamba`` mixer layer per kernel (``reference``, ``cpu-scan``, ``fused``).
 
-    python benchmarks/mamba_scan.py [--repeats 3] [--threads N]
+    python benchmarks/mamba_scan.py [--rounds 5] [--threads N] [--no-reference]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import statistics
-import time
 
+import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 
-from mixers import _mamba_routing
+import _common
+from harness.timing import Candidate, interleaved
+from mixers import _mamba_routing, mamba_cpu, selective_scan_c
 from mixers.mamba import MambaConfig, MambaMixer
 from mixers.selective_scan_cpu import selective_scan_cpu
 
 
 def scan_inputs(batch: int, channels: int, states: int, length: int, gen: torch.Generator) -> dict:
-    """u, raw dt, B, C, z ~ N(0, 1); S4D-real A; dt bias so that softplus(bias) spans Mamba's [1e-3, 1e-1]."""
+    """Time-major u, raw dt, B, C, z ~ N(0, 1); S4D-real A; dt bias with softplus(bias) in [1e-3, 1e-1]."""
     dt = torch.exp(torch.rand(channels, generator=gen) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-    tensors = {
-        "u": torch.randn(batch, channels, length, generator=gen),
-        "delta": torch.randn(batch, channels, length, generator=gen) * 0.1,
+    t = {
+        "u": torch.randn(length, batch, channels, generator=gen),
+        "delta": torch.randn(length, batch, channels, generator=gen) * 0.1,
         "A": -torch.arange(1, states + 1, dtype=torch.float32).repeat(channels, 1),
-        "B": torch.randn(batch, states, length, generator=gen),
-        "C": torch.randn(batch, states, length, generator=gen),
+        "B": torch.randn(length, batch, states, generator=gen),
+        "C": torch.randn(length, batch, states, generator=gen),
         "D": torch.ones(channels),
-        "z": torch.randn(batch, channels, length, generator=gen),
+        "z": torch.randn(length, batch, channels, generator=gen),
         "delta_bias": dt + torch.log(-torch.expm1(-dt)),  # inverse softplus
     }
-    return {k: v.requires_grad_(True) for k, v in tensors.items()}
+    return {k: v.requires_grad_(True) for k, v in t.items()}
 
 
-def fwd_bwd(fn, inputs: dict) -> float:
-    for t in inputs.values():
-        t.grad = None
-    t0 = time.perf_counter()
-    out = fn(**inputs)
-    out.square().mean().backward()
-    return time.perf_counter() - t0
+def package_layout(fn):
+    """A scan with selective_scan_ref's signature ([batch, channels, T] tensors), on time-major inputs."""
+    def run(x):
+        cl = (lambda t: t.permute(1, 2, 0))
+        return fn(cl(x["u"]), cl(x["delta"]), x["A"], cl(x["B"]), cl(x["C"]), x["D"], z=cl(x["z"]),
+                  delta_bias=x["delta_bias"], delta_softplus=True).permute(2, 0, 1)
+
+    return run
+
+
+def compiled(x):
+    return mamba_cpu.scan(x["u"], x["delta"], x["delta_bias"], x["A"], x["B"], x["C"], x["D"], x["z"])[0]
 
 
 def main() -> None:
@@ -55,8 +61,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--no-reference", action="store_true", help="leave out selective_scan_ref (slow)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -68,43 +75,52 @@ def main() -> None:
     channels = cfg.expand * args.d_model
     gen = torch.Generator().manual_seed(0)
     inputs = scan_inputs(args.batch, channels, cfg.d_state, args.length, gen)
+    grad = torch.randn(args.length, args.batch, channels, generator=gen)
 
-    def scan(fn):
-        return lambda **kw: fn(**kw, delta_softplus=True)
-
-    layer = MambaMixer(cfg, args.d_model, 0, 1)
-    x = {"x": torch.randn(args.batch, args.length, args.d_model, generator=gen, requires_grad=True)}
-
-    def layer_with(kernel):
-        def run(x):
-            layer.set_kernel(kernel)
-            layer.zero_grad(set_to_none=True)
-            return layer(x)[0]
+    def fwd_bwd(fn):
+        def run(_):
+            for t in inputs.values():
+                t.grad = None
+            fn(inputs).backward(grad)
 
         return run
 
-    variants = {
-        ("scan", "selective_scan_ref"): (scan(selective_scan_ref), inputs),
-        ("scan", "selective_scan_cpu"): (scan(selective_scan_cpu), inputs),
-        ("layer", "reference"): (layer_with("reference"), x),
-        ("layer", "cpu-scan"): (layer_with("cpu-scan"), x),
-    }
-    for fn, kw in variants.values():  # warm-up
-        fwd_bwd(fn, kw)
-    times: dict[tuple[str, str], list[float]] = {k: [] for k in variants}
-    for _ in range(args.repeats):
-        for key, (fn, kw) in variants.items():
-            times[key].append(fwd_bwd(fn, kw))
+    scans = {"selective_scan_ref": package_layout(selective_scan_ref),
+             "selective_scan_cpu": package_layout(selective_scan_cpu)}
+    if args.no_reference:
+        del scans["selective_scan_ref"]
+    if selective_scan_c.available():
+        scans["compiled (fused)"] = compiled
+    layer = MambaMixer(cfg, args.d_model, 0, 1)
+    x = torch.randn(args.batch, args.length, args.d_model, generator=gen, requires_grad=True)
+    layer_grad = torch.randn_like(x)
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"forward + backward, B={args.batch} T={args.length} d_model={args.d_model} ({channels} channels x "
-        f"{cfg.d_state} states); {torch.get_num_threads()} threads, load {load:.1f}; median of {args.repeats} "
-        f"interleaved runs after a warm-up"
-    )
-    for view, slow, fast in (("scan", "selective_scan_ref", "selective_scan_cpu"), ("layer", "reference", "cpu-scan")):
-        t_slow, t_fast = statistics.median(times[(view, slow)]), statistics.median(times[(view, fast)])
-        print(f"  {view:<6} {slow:<20} {t_slow:8.3f} s   {fast:<20} {t_fast:8.3f} s   ratio {t_slow / t_fast:6.1f}x")
+    def with_kernel(kernel):
+        def run(_):
+            layer.set_kernel(kernel)
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+            layer(x)[0].backward(layer_grad)
+
+        return run
+
+    kernels = [k for k in layer.kernels if not (args.no_reference and k == "reference")]
+    start = _common.machine_line()
+    scan_t = interleaved([Candidate(n, fwd_bwd(f)) for n, f in scans.items()], args.rounds)
+    layer_t = interleaved([Candidate(k, with_kernel(k)) for k in kernels], args.rounds)
+    print(f"forward + backward, B={args.batch} T={args.length} d_model={args.d_model} ({channels} channels x "
+          f"{cfg.d_state} states); {args.rounds} interleaved rounds per view")
+    print(f"at start: {start}\nat end:   load average {_common.load_average()}")
+    if not selective_scan_c.available():
+        print(f"no compiled scan here: {selective_scan_c.unavailable_reason()}")
+    for view, t in (("scan", scan_t), ("layer", layer_t)):
+        names = list(t.seconds)
+        slowest = names[0]
+        for name in names:
+            ratio = _common.fmt_ratio(t.ratio(name, slowest)) if name != slowest else "-"
+            print(f"  {view:<6} {name:<20} {t.median(name) * 1e3:9.1f} ms   time / {slowest}: {ratio}")
+        for note in t.notes:
+            print(f"  note ({view}): {note}")
 
 
 if __name__ == "__main__":

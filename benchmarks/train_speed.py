@@ -1,34 +1,34 @@
-"""Training tokens/s of each mixer at a preset's backbone (default: quick), measured side by side in one process.
+"""Training tokens/s of mixers at a preset's backbone (default: quick), side by side in one process, interleaved.
 
-One training step = forward + loss + backward + AdamW on random tokens, each mixer on its default kernel for the
-device. After warm-up steps the mixers take turns, one step each per round, so that machine noise hits every
-mixer alike; the median step time per mixer is reported (with the spread over rounds).
+One training step = forward + loss + backward + AdamW on random tokens (what ``mixbench train`` does per step).
+Each entry is ``mixer`` (its default kernel on this device) or ``mixer:kernel``, so a kernel can be compared with
+the one it replaces in the same run. All entries are timed by :func:`harness.timing.interleaved`: one step each
+per round, the order alternating, after a warm-up until the timings settle. Printed: median seconds per step
+with the min-max over rounds, tokens/s, and each entry's time ratio to the first entry and, for ``mixer:kernel``
+entries of one mixer, to that mixer's first entry (paired per round: median and 95% bootstrap interval).
 
-    python benchmarks/train_speed.py [--mixers protot,attention,mamba,deltanet] [--rounds 5] [--preset quick]
+    python benchmarks/train_speed.py [--mixers protot,attention,mamba:cpu-scan,mamba:fused] [--rounds 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import time
 
+import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 
-from harness.backbone import build_model
-from harness.config import BackboneConfig, ModelSpec, get_preset
+import _common
+from harness.timing import Candidate, interleaved
 from harness.training import lm_loss, param_groups
 
-ALL = "protot,attention,mamba,mamba2,deltanet,gated-deltanet"
+DEFAULT = "protot,attention,mamba:cpu-scan,mamba,deltanet:naive-chunk,deltanet"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mixers", default=ALL)
+    parser.add_argument("--mixers", default=DEFAULT)
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=0, help="0 = the preset's")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
@@ -36,46 +36,48 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # as the CLI does
 
-    preset = get_preset(args.preset)
-    backbone = BackboneConfig(vocab_size=preset.vocab_size, **preset.backbone)
-    batch = args.batch_size or preset.train["batch_size"]
-    context = backbone.context
-    device = torch.device("cpu")
+    backbone, preset_batch = _common.quick_backbone(args.preset)
+    batch = args.batch_size or preset_batch
+    tokens = torch.randint(0, backbone.vocab_size, (batch, backbone.context + 1),
+                           generator=torch.Generator().manual_seed(0))
     runs = {}
-    for name in args.mixers.split(","):
-        model = build_model(ModelSpec(name, {}, backbone), seed=0).to(device)
-        kernel = model.set_kernel(None, device)
-        optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
-        runs[name] = (model, optimizer, kernel)
+    for entry in args.mixers.split(","):
+        mixer, _, kernel = entry.partition(":")
+        model = _common.build(mixer, backbone, kernel or None)
+        runs[entry] = (model, torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3))
 
-    gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, backbone.vocab_size, (batch, context + 1), generator=gen)
+    def step(entry: str):
+        model, optimizer = runs[entry]
 
-    def step(model, optimizer) -> float:
-        t0 = time.perf_counter()
-        loss = lm_loss(model, tokens[:, :-1], tokens[:, 1:])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return time.perf_counter() - t0
+        def run(_):
+            loss = lm_loss(model, tokens[:, :-1], tokens[:, 1:])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
 
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for r in range(args.warmup + args.rounds):
-        for name, (model, optimizer, _) in runs.items():
-            seconds = step(model, optimizer)
-            if r >= args.warmup:
-                times[name].append(seconds)
+        return run
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"preset {args.preset}: d_model {backbone.d_model}, {backbone.n_layers} layers, context {context}, "
-          f"batch {batch}, vocab {backbone.vocab_size}; {torch.get_num_threads()} threads, load {load:.1f}; "
-          f"median of {args.rounds} interleaved steps after {args.warmup} warm-up")
-    print(f"{'mixer':<16}{'kernel':<11}{'params':>10}{'s/step':>9}{'spread':>15}{'tokens/s':>10}")
-    for name, (model, _, kernel) in runs.items():
-        med = statistics.median(times[name])
-        spread = f"{min(times[name]):.2f}-{max(times[name]):.2f}"
-        print(f"{name:<16}{kernel:<11}{model.num_parameters():>10,}{med:>9.2f}{spread:>15}"
-              f"{batch * context / med:>10,.0f}")
+    start = _common.machine_line()
+    timings = interleaved([Candidate(e, step(e)) for e in runs], args.rounds)
+    print(f"preset {args.preset}: d_model {backbone.d_model}, {backbone.n_layers} layers, context "
+          f"{backbone.context}, batch {batch}, vocab {backbone.vocab_size}; {args.rounds} interleaved rounds after "
+          f"{timings.warmup_rounds} warm-up rounds{'' if timings.settled else ' (not settled)'}")
+    print(f"at start: {start}\nat end:   load average {_common.load_average()}")
+    first = next(iter(runs))
+    print(f"{'entry':<24}{'kernel':<12}{'s/step':>8}{'min-max':>13}{'tokens/s':>10}"
+          f"{'time / ' + first:>24}{'time / same mixer first':>26}")
+    firsts: dict[str, str] = {}
+    for entry, (model, _) in runs.items():
+        mixer = entry.split(":")[0]
+        firsts.setdefault(mixer, entry)
+        s = timings.seconds[entry]
+        med = timings.median(entry)
+        vs_mixer = _common.fmt_ratio(timings.ratio(entry, firsts[mixer])) if firsts[mixer] != entry else "-"
+        print(f"{entry:<24}{model.kernel:<12}{med:>8.3f}{f'{min(s):.2f}-{max(s):.2f}':>13}"
+              f"{batch * backbone.context / med:>10,.0f}{_common.fmt_ratio(timings.ratio(entry, first)):>24}"
+              f"{vs_mixer:>26}")
+    for note in timings.notes:
+        print(f"note: {note}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""What every benchmark script shares: the machine line printed with each table, and models at a preset's backbone.
+
+Every timing itself comes from :func:`harness.timing.interleaved` (docs/ARCHITECTURE.md, "Speed").
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, for the line printed with every figure."""
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def machine_line() -> str:
+    import torch
+
+    from harness.provenance import threading_policy
+
+    policy = threading_policy()
+    return (f"torch {torch.__version__}, {os.cpu_count()} cores, {policy['threads']} intra-op / "
+            f"{policy['interop_threads']} inter-op threads, OMP_WAIT_POLICY {policy['omp_wait_policy']}, "
+            f"GOMP_SPINCOUNT {policy['gomp_spincount']}, "
+            f"load average {load_average()}")
+
+
+def quick_backbone(preset: str = "quick"):
+    from harness.config import BackboneConfig, get_preset
+
+    p = get_preset(preset)
+    return BackboneConfig(vocab_size=p.vocab_size, **p.backbone), p.train["batch_size"]
+
+
+def build(mixer: str, backbone, kernel: str | None = None, mixer_config: dict | None = None):
+    """A model of ``mixer`` on ``backbone`` (seed 0) on the CPU, on ``kernel`` (None: the mixer's CPU default)."""
+    import torch
+
+    from harness.backbone import build_model
+    from harness.config import ModelSpec
+
+    model = build_model(ModelSpec(mixer, mixer_config or {}, backbone), seed=0)
+    model.set_kernel(kernel, torch.device("cpu"))
+    return model
+
+
+def fmt_ratio(ratio) -> str:
+    """``median [low, high]`` of a :class:`harness.timing.Ratio` (bootstrap over paired rounds)."""
+    iv = ratio.interval
+    return f"{ratio.median:.2f} [{iv.low:.2f}, {iv.high:.2f}]" if iv is not None else f"{ratio.median:.2f}"
