@@ -141,7 +141,7 @@ class Synthetic(Suite):
     version: ClassVar[int] = 1
     scope: ClassVar[str] = "mixer"
     headline: ClassVar[tuple[str, ...]] = ("mqar/*/acc", "*/acc", "*/avg", "*/avg_*of*")
-    #: MQAR at (64, 4) and (128, 8), in-context recall at length 64 and memorization, at width 32 with 30 steps of
+    #: MQAR at (64, 4) and (128, 8), in-context recall at length 64 and memorization, at width 32 with 20 steps of
     #: 16 examples and one learning rate: a smoke run of the whole pipeline that fits the quickstart's budget
     #: (docs/synthetic.md, "Quickstart", has the measured time); its accuracies are near chance by design
     quickstart: ClassVar[dict[str, Any] | None] = {
@@ -150,7 +150,7 @@ class Synthetic(Suite):
                     "mqar:seq_len=128,num_kv_pairs=8,num_train_examples=2000;"
                     "in-context-recall:seq_len=64,num_train_examples=2000;"
                     "memorization:",
-        "d_model": 32, "batch_size": 16, "max_steps": 30, "eval_every": 15, "lrs": (3e-3,),
+        "d_model": 32, "batch_size": 16, "max_steps": 20, "eval_every": 10, "lrs": (3e-3,),
         "valid_examples": 32, "test_examples": 64, "extrapolation": (2,),
     }
 
