@@ -487,12 +487,11 @@ class FakeRun:
 
 
 def _fake_run(run_id: str, mixer: str, acc: float, state: float, written: str) -> FakeRun:
-
+    interval = Interval(max(0.0, acc - 0.01), min(1.0, acc + 0.01), "wilson")
     metrics = [
-        Metric("mqar/seq64_kv4/acc", acc, True, role="score", interval=Interval(acc - 0.01, acc + 0.01, "wilson"),
-               chance=1 / 4096, perfect=1.0),
+        Metric("mqar/seq64_kv4/acc", acc, True, role="score", interval=interval, chance=1 / 4096, perfect=1.0),
         Metric("mqar/seq64_kv4/state_floats", state, False),
-        Metric("mqar/avg_1of3", acc, True, interval=Interval(acc - 0.01, acc + 0.01, "wilson")),
+        Metric("mqar/avg_1of3", acc, True, interval=interval),
     ]
     info = {"mixer": mixer, "mixer_config": {}, "config": {"d_model": 64},
             "settings": [{"task": "mqar", "label": "seq64_kv4", "wall_s": 12.0}]}
@@ -501,14 +500,16 @@ def _fake_run(run_id: str, mixer: str, acc: float, state: float, written: str) -
 
 def test_site_section_tables_front_and_plots():
     runs = [_fake_run("r1", "attention", 0.99, 16384, "2024-01-02"), _fake_run("r0", "attention", 0.2, 16384, "2024-01-01"),
-            _fake_run("r2", "<b>mamba</b>", 0.40, 4096, "2024-01-02"), _fake_run("r3", "protot", 0.30, 8192, "2024-01-02")]
+            _fake_run("r2", "<b>mamba</b>", 0.40, 4096, "2024-01-02"), _fake_run("r3", "protot", 0.30, 8192, "2024-01-02"),
+            _fake_run("r4", "tiny", 0.005, 16, "2024-01-02")]  # its interval [0, 0.015] includes chance: no front
     kit = FakeKit()
     html = site_section(runs, kit)
     assert "0.990 [0.980, 1.000]" in html and "0.200" not in html  # the newest run of a mixer only
     assert "&lt;b&gt;mamba&lt;/b&gt;" in html and "<b>mamba" not in html
-    assert {r for r, _ in kit.plots} == {"r1", "r2", "r3"}
+    assert {r for r, _ in kit.plots} == {"r1", "r2", "r3", "r4"}
     rows = {line.split("</td><td>")[2]: line for line in html.split("<tr>")[1:] if "seq64_kv4" in line}
     assert "yes" in rows["attention"] and "yes" in rows["&lt;b&gt;mamba&lt;/b&gt;"] and "yes" not in rows["protot"]
+    assert "yes" not in rows["tiny"]
     assert site_section([], kit) == ""
 
 

@@ -3,7 +3,8 @@
 Runs are grouped by suite config (only runs of one config saw the same generated examples); within a group the
 newest run of each mixer and mixer config is shown. Per group: the accuracy of every mixer on every setting
 with its Wilson interval, chance level and decode state size, and whether the mixer is on that setting's
-accuracy-vs-state Pareto front (no other mixer is at least as accurate with no more state, and better on one);
+accuracy-vs-state Pareto front (among the mixers above chance, no other is at least as accurate with no more
+state and better on one);
 the MAD score per task; the length-extrapolation slice; and each run's accuracy-vs-state plot. Built only from
 the site kit's helpers, which escape every value.
 """
@@ -52,6 +53,15 @@ def _mixer_label(key: tuple[str, str]) -> str:
     return mixer if config in ("{}", "null") else f"{mixer} {config}"
 
 
+def _above_chance(m: "Metric") -> bool:
+    """Whether an accuracy beats guessing: its interval's lower bound above the chance level. A mixer at chance
+    learned nothing, and however small its state it is on no front."""
+    if not math.isfinite(m.value):
+        return False
+    low = m.value if m.interval is None or not m.interval.finite else m.interval.low
+    return m.chance is None or low > m.chance
+
+
 def pareto_front(points: dict[Any, tuple[float, float]]) -> set[Any]:
     """Keys whose (accuracy, state) no other point beats: at least as accurate with no more state, and strictly
     better on one of the two."""
@@ -97,7 +107,7 @@ def _group(n: int, config: str, newest: dict[tuple[str, str], "RunRecord"], kit:
         points = {}
         for key, metrics in by_name.items():
             acc, state = metrics.get(f"{prefix}/acc"), metrics.get(f"{prefix}/state_floats")
-            if acc is not None and state is not None and math.isfinite(acc.value):
+            if acc is not None and state is not None and _above_chance(acc):
                 points[key] = (acc.value, state.value)
         front = pareto_front(points)
         for key, metrics in sorted(by_name.items()):
@@ -116,7 +126,8 @@ def _group(n: int, config: str, newest: dict[tuple[str, str], "RunRecord"], kit:
     out.append(kit.table(
         ("task", "setting", "mixer", "test accuracy [95% Wilson]", "chance", "decode state (floats)",
          "Pareto front", "wall s"),
-        rows, caption="Accuracy at target positions; the Pareto front is per setting, accuracy against state.",
+        rows, caption="Accuracy at target positions; the Pareto front is per setting, accuracy against state, "
+                      "among mixers whose interval is above chance.",
     ))
 
     tasks = list(dict.fromkeys(str(s.get("task")) for s in settings))
