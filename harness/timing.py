@@ -8,7 +8,10 @@ Every speed number in mixbench (the throughput suite, every script under ``bench
   and a percentile interval over rounds, which is what crossovers near 1 must be judged by.
 * **Warm-up until settled.** At least ``min_warmup`` untimed rounds, then more (up to ``max_warmup``) while
   the last three rounds of any candidate still spread by more than ``settle_spread`` (a cold first call can
-  read half the steady rate: caches, allocator, lazy kernel compilation).
+  read half the steady rate: caches, allocator, lazy kernel compilation). ``warmup_budget_s`` and ``budget_s``
+  bound the warm-up and the timed rounds of a call that turns out slow; the result says when either cut in.
+* **Statistics of several points** (a crossover, a scaling exponent) are bootstrapped by recomputing them on
+  :func:`median_replicates` of each point's rounds.
 * **The right clock.** CUDA work is timed with CUDA events after a synchronize; CPU work with
   ``time.perf_counter``. ``setup`` builds a call's inputs outside the clock.
 """

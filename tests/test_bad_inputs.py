@@ -275,7 +275,8 @@ def test_suites_and_mixer_configs_are_listed_with_type_default_and_doc(capsys):
         assert main(["mixers", "--config", entry.name]) == 0
         lines = capsys.readouterr().out.splitlines()[1:]
         assert [line.split()[0] for line in lines] == [f.name for f in config_fields(entry.config_cls)]
-        assert all(f.doc for f in config_fields(entry.config_cls))
+        if entry.cls.__module__.startswith("mixers."):  # other tests register undocumented adversaries
+            assert all(f.doc for f in config_fields(entry.config_cls)), entry.name
     assert main(["mixers", "--config", "protot"]) == 0
     assert "n_prototypes           int    32     R: prototypes (channels) per layer [>= 1]" in capsys.readouterr().out
     assert run_cli(["mixers", "--config", "protott"]) == 2

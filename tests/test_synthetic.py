@@ -438,7 +438,10 @@ def test_sweep_tries_the_grid_in_order_and_stops_at_the_threshold():
 def test_run_from_a_checkpoint_model_delegates_to_its_mixer(tmp_path):
     overrides = {**TINY, "tasks": ("mqar",), "settings": TINY["settings"].split(";")[0], "lrs": (3e-3,)}
     model = build_model(ModelSpec("attention", {"n_heads": 2}, BackboneConfig(32, 2, 64, 128)), seed=0)
+    torch_state, numpy_state = torch.get_rng_state().clone(), np.random.get_state()[1].copy()
     result = _suite(overrides).run(model, SuiteContext(None, tmp_path, seed=0, progress=False))
+    # training and scoring, like the generators, leave the global generators where they were
+    assert torch.equal(torch.get_rng_state(), torch_state) and np.array_equal(np.random.get_state()[1], numpy_state)
     assert result.info["mixer"] == "attention" and result.info["mixer_config"] == {"n_heads": 2}
     direct = _suite(overrides).run_mixer("attention", {"n_heads": 2}, SuiteContext(None, tmp_path, 0, progress=False))
     assert [m.value for m in result.metrics] == [m.value for m in direct.metrics]  # deterministic
