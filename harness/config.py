@@ -147,10 +147,10 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "quick",
             dict(d_model=128, n_layers=4, context=256),
-            # 655k tokens (160 steps): the four quickstart mixers train in ~7.5 min on 2 cores (Mamba's CPU path
-            # is the slowest, ~3.8k tokens/s), which leaves every suite and a cold install within the
-            # quickstart's 20-minute budget (at 786k a warm run took 16.8 min, too close once downloads count).
-            dict(token_budget=655_360, batch_size=16, lr=3e-3, eval_every=64, checkpoint_every=64),
+            # 393k tokens (96 steps of 16 x 256): the quickstart's budget is 15 minutes cold on 2 cores, install
+            # included. At 655k (160 steps) a cold run measured 4 min install (2 min with --no-compile), 106-133 s of training per mixer
+            # (~5k tokens/s) and 90-105 s of suites per model: 20+ minutes in all.
+            dict(token_budget=393_216, batch_size=16, lr=3e-3, eval_every=32, checkpoint_every=48),
             vocab_size=4096,
             description="the embedded default on a 2-core CPU",
         ),

@@ -117,6 +117,7 @@ class JobOutcome:
     runs: dict[str, str] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)  # suites whose run this job wrote (not found in the store)
     host: str = ""
+    failures: list["JobFailure"] = field(default_factory=list)  # suites that failed; the others still ran
 
 
 @dataclass
@@ -330,11 +331,17 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
     outcome.phases.append((label, time.perf_counter() - t0))
     for suite in job.suites:
         t0 = time.perf_counter()
-        ev = evaluate(
-            out, suite, store, job.suite_overrides.get(suite), device=job.device, kernel=job.kernel,
-            force=job.force, progress=job.progress, corpus=corpus, aggregate=False, skip_gate=job.skip_gate,
-            grid=True, gate=job.gate,
-        )
+        try:  # one suite's failure (a bug in it, or a mixer it cannot score) must not cost the model's others
+            ev = evaluate(
+                out, suite, store, job.suite_overrides.get(suite), device=job.device, kernel=job.kernel,
+                force=job.force, progress=job.progress, corpus=corpus, aggregate=False, skip_gate=job.skip_gate,
+                grid=True, gate=job.gate,
+            )
+        except Exception as exc:  # noqa: BLE001 - recorded with its traceback, reported by the grid
+            outcome.failures.append(JobFailure(f"{job.label} / {suite}", failure_text(exc)))
+            outcome.phases.append((f"eval {suite} on {spec.model.mixer} seed {spec.train.seed} (FAILED)",
+                                   time.perf_counter() - t0))
+            continue
         outcome.runs[suite] = ev.run_id
         if not ev.skipped:
             outcome.written.append(suite)
@@ -360,7 +367,8 @@ def run_requests(
     """Run every job of ``reqs`` that is not already complete through ``executor`` (default: in process).
 
     With ``keep_going`` a failed job is recorded in the report and the others still run; without it the
-    first failure stops the grid and is raised (finished jobs stay in the store, so a rerun resumes).
+    first failure stops the grid and is raised (finished jobs stay in the store, so a rerun resumes). Within a
+    job, a failing suite never stops the model's other suites; its failure counts as the job's.
     """
     from harness.executors import LocalExecutor
 
@@ -403,6 +411,9 @@ def run_requests(
             report.written += len(result.written)
             for name, seconds in result.phases:
                 report.add(name, seconds)
+            report.failures.extend(result.failures)
+            if result.failures and not keep_going:
+                raise MixbenchError("; ".join(f"{f.label} failed: {f.error}" for f in result.failures))
     suites_seen: dict[str, dict[str, Any] | None] = {}
     for req in reqs:
         for suite in req.suites:

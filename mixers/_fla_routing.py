@@ -1,8 +1,8 @@
 """Makes flash-linear-attention 0.6's DeltaNet and GatedDeltaNet layers run on any device, kernels routed per call.
 
 fla's layers call Triton kernels for everything (ShortConvolution, the norms, the delta-rule ops), and Triton
-has no CPU driver, so the layers fail on CPU tensors (../shared/research/DEPENDENCIES.md §3). :func:`install`
-(idempotent, before first use) replaces the module-level kernel names those layers call by
+has no CPU driver, so the layers fail on CPU tensors (docs/cpu_kernels.md, "The packages on a machine without
+CUDA"). :func:`install` (idempotent, before first use) replaces the module-level kernel names those layers call by
 :func:`mixers._routing.route` dispatchers: the Triton kernel runs for kernel "triton" (or, outside a mixer, for
 CUDA tensors); otherwise plain torch does, using fla's own naive references where fla has them:
 

@@ -1,4 +1,5 @@
-"""Makes mamba-ssm 2.3.x run on any device: its kernels, routed per call (../shared/research/DEPENDENCIES.md §2).
+"""Makes mamba-ssm 2.3.x run on any device: its kernels, routed per call (docs/cpu_kernels.md, "The packages on a
+machine without CUDA").
 
 On a machine without nvcc, mamba-ssm installs as a pure-Python wheel with no compiled ``selective_scan_cuda``,
 which ``mamba_ssm/__init__`` imports unconditionally; its Triton kernels and the optional ``causal_conv1d``

@@ -42,8 +42,10 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
     delta = F.linear(dt, m.dt_proj.weight)  # the scan adds the bias
     out, last = scan(u, delta, m.dt_proj.bias, -torch.exp(m.A_log.float()), B, C, m.D, z, ssm_state,
                      with_state=with_state)
-    y = m.out_proj(out.to(x.dtype))  # the module (the mixer's unit-mask hook sees its input)
-    return y.transpose(0, 1), new_conv, (None if last is None else last.to(x.dtype))
+    # the module, on [batch, T, D] like every other kernel's: unit masks and the interpretability suite's
+    # contribution capture hook its input and read the batch and time axes from it
+    y = m.out_proj(out.transpose(0, 1).to(x.dtype))
+    return y, new_conv, (None if last is None else last.to(x.dtype))
 
 
 def _compiled(t: torch.Tensor) -> bool:

@@ -718,3 +718,29 @@ def test_bad_config_fails_before_any_work(attention_checkpoint, tmp_path, capsys
     assert "include none of the modes" in capsys.readouterr().err
     assert main([*args, "window=4096"]) != 0
     assert "longer than the model's context" in capsys.readouterr().err
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["attention", "mamba", "mamba2", "deltanet", "gated-deltanet"])
+def test_projected_contributions_equal_masked_reruns_for_every_kernel(name):
+    """More windows than one batch (a short last batch), every kernel: a kernel that feeds its output projection
+    another layout (time-major) must not pass, nor crash on the last batch."""
+    from harness.backbone import build_model
+    from harness.config import BackboneConfig, ModelSpec
+    from suites.interpretability.activations import BATCH_WINDOWS
+
+    model = build_model(ModelSpec(name, {}, BackboneConfig(32, 1, 16, 64)), seed=0).eval()
+    mixer = model.blocks[0].mixer
+    x = torch.randn(BATCH_WINDOWS + 3, 9, 32, generator=torch.Generator().manual_seed(0))
+    units = [0, len(mixer.units()) - 1]
+    for kernel in mixer.kernels:
+        try:
+            mixer.set_kernel(kernel)
+            mixer(x[:1])
+        except Exception:  # a kernel this machine cannot run (CUDA-only)
+            continue
+        fast = projected_contributions(mixer, x, units)
+        slow = contributions(mixer, x, units)
+        assert fast is not None and fast[0].shape == (len(x), 9), kernel
+        for a, b in zip(fast, slow, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5, msg=f"{name}/{kernel}")

@@ -255,6 +255,42 @@ def test_failed_jobs_stop_the_grid_or_are_listed_with_keep_going(tmp_path, capsy
     assert out.count("FAILED attention / tiny / seed") == 2 and "lower the learning rate" in out
 
 
+def test_a_suite_that_fails_on_one_mixer_costs_neither_its_other_suites_nor_the_other_mixers(tmp_path, capsys):
+    """A suite raising a bug on ProtoT models only: with --keep-going every other (model, suite) run is stored,
+    the failure is listed with its traceback and the exit code is 1; without it the grid stops with exit 2."""
+    from dataclasses import dataclass
+
+    from harness import Suite, register_suite
+    from harness.registry import SUITES
+    from harness.suite import Metric, SuiteResult
+
+    @dataclass(frozen=True)
+    class NoConfig:
+        pass
+
+    @register_suite("_fails_on_protot", config=NoConfig)
+    class FailsOnProtot(Suite):
+        def run(self, model, ctx):
+            if model.blocks[0].mixer.name == "protot":
+                raise RuntimeError("planted bug for protot")
+            return SuiteResult([Metric("x", 1.0, True, role="score")])
+
+    try:
+        text = PLAN.format(name="partial", train_extra="").replace("token_budget: 32768", "token_budget: 4096")
+        text = text.replace("suites:\n", "suites:\n  _fails_on_protot: {}\n")
+        plan = write_plan(tmp_path, "partial", text=text)
+        store = tmp_path / "store"
+        assert main(["run", str(plan), "--results", str(store), "--no-progress", "--keep-going"]) == 1
+        out = capsys.readouterr().out
+        assert "FAILED protot / tiny / seed 0 / _fails_on_protot" in out and "planted bug for protot" in out
+        runs = {(r.manifest.subject.mixer, r.manifest.suite) for r in ResultsStore(store).iter_runs()}
+        assert runs == {("protot", "perplexity"), ("attention", "perplexity"), ("attention", "_fails_on_protot")}
+        assert main(["run", str(plan), "--results", str(store), "--no-progress"]) == 2
+        assert "planted bug for protot" in capsys.readouterr().err
+    finally:
+        SUITES._entries.pop("_fails_on_protot", None)
+
+
 def test_editing_a_mixers_source_reruns_that_mixers_runs_and_nothing_else(tmp_path, monkeypatch):
     """A plugin mixer and attention in one plan: unchanged code re-runs nothing; an edit of the plugin's source
     (its identity's fingerprint) re-trains and re-scores the plugin's model only."""
