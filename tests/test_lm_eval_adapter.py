@@ -271,3 +271,24 @@ def test_a_plan_with_lm_eval_among_its_suites_stores_and_boards_it(tmp_path, cap
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     acc = row["cells"]["lm-eval/standin_sentiment_zeroshot/acc"]
     assert 0.0 <= acc["value"] <= 1.0 and acc["role"] == "score" and acc["interval"]["kind"] == "normal"
+    # its chance level is the majority rate of the 40 scored gold labels, read here from the data file itself
+    from importlib import resources
+
+    path = resources.files("suites.glue") / "standin_data" / "sentiment" / "validation.jsonl.gz"
+    with path.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
+        labels = [json.loads(line)["label"] for _, line in zip(range(40), f)]
+    assert acc["chance"] == pytest.approx(max(labels.count(0), labels.count(1)) / 40)
+
+
+def test_chance_of_a_multiple_choice_accuracy_is_the_constant_answer_rate():
+    from suites.lm_eval.suite import constant_answer_rate
+
+    def sample(target, choices=(" no", " yes", " maybe"), filt="none"):
+        return {"doc_id": 0, "target": target, "arguments": [("ctx", c) for c in choices], "filter": filt}
+
+    logged = [sample(0), sample(1), sample(1), sample(2), sample("yes"), sample(" maybe", filt="other")]
+    assert constant_answer_rate(logged, "acc", "none") == pytest.approx(3 / 5)  # position 1 is gold 3 times
+    assert constant_answer_rate(logged, "acc_norm", "other") is None  # one sample only
+    assert constant_answer_rate(logged, "f1", "none") is None
+    assert constant_answer_rate([sample([0, 1]), sample(1)], "acc", "none") is None  # several golds
+    assert constant_answer_rate([sample(5), sample(1)], "acc", "none") is None  # not a choice

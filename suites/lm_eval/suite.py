@@ -139,10 +139,40 @@ def metrics_from_results(results: dict[str, Any]) -> list[Metric]:
             if isinstance(stderr, (int, float)) and not isinstance(stderr, bool):
                 interval = stats.normal_interval(float(value), float(stderr))
             name = f"{task}/{metric}" if filt == "none" else f"{task}/{metric}[{filt}]"
-            items = _items(samples.get(task) or [], metric, filt, float(value))
+            logged = samples.get(task) or []
+            items = _items(logged, metric, filt, float(value))
+            chance = constant_answer_rate(logged, metric, filt)
             out.append(Metric(name, float(value), bool(better.get(metric, True)), role="score", interval=interval,
-                              n=n, items=items))
+                              n=n, items=items, chance=chance, perfect=None if chance is None else 1.0))
     return out
+
+
+def constant_answer_rate(logged: list[dict[str, Any]], metric: str, filt: str) -> float | None:
+    """The accuracy of always picking the same answer position, the best such position (the majority-class rate
+    of the gold answers), for a multiple-choice accuracy: what a model that learned nothing about the task
+    scores, and so the metric's chance level. None when the logged samples do not say the gold position (other
+    metrics, generation tasks, several gold answers)."""
+    if metric not in ("acc", "acc_norm"):
+        return None
+    golds = []
+    for s in logged:
+        if s.get("filter", "none") != filt:
+            continue
+        choices = [a[1] if isinstance(a, (list, tuple)) and len(a) > 1 else None for a in s.get("arguments") or []]
+        target = s.get("target")
+        if isinstance(target, int) and not isinstance(target, bool):
+            gold = target
+        elif isinstance(target, str):
+            stripped = [c.strip() if isinstance(c, str) else None for c in choices]
+            gold = stripped.index(target.strip()) if target.strip() in stripped else -1
+        else:
+            return None
+        if not 0 <= gold < len(choices):
+            return None
+        golds.append(gold)
+    if len(golds) < 2:
+        return None
+    return max(golds.count(j) for j in set(golds)) / len(golds)
 
 
 def _items(logged: list[dict[str, Any]], metric: str, filt: str, value: float) -> ItemValues | None:
@@ -199,7 +229,7 @@ class LmEval(Suite):
     """lm-eval tasks on a checkpoint; every metric lm-eval reports is a score (normal intervals from its standard
     errors), with per-document values where lm-eval logs them."""
 
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3  # 3: multiple-choice accuracies carry their chance level (the constant-answer rate)
     #: the bundled zero-shot stand-in task (sentiment reviews, two choices), its first 500: ~4 s per model
     quickstart: ClassVar[dict[str, Any] | None] = {"limit": 500}
 
