@@ -126,12 +126,12 @@ def provenance() -> dict[str, Any]:
 #: OpenMP wait policy recorded when the variable is not set: libgomp's own default (spin a while, then sleep)
 DEFAULT_WAIT_POLICY = "default"
 #: busy-wait spins of an idle OpenMP thread before it sleeps, in a single mixbench process (libgomp's
-#: ``GOMP_SPINCOUNT``). libgomp's default, 300,000, is several milliseconds of spinning at every barrier: on a
-#: machine that also runs other work a descheduled worker then costs each small operation that long (prefill 5-25x
-#: slower at load 11 on 2 cores), while PASSIVE (no spinning) pays a futex wake-up per parallel region on a quiet
-#: one (3.5x slower ProtoT prefill). 1,000 spins (tens of microseconds) bridge the gap between two eager torch
-#: operations and give the core back soon after. Measured in benchmarks/omp_policy.py; see docs/cpu_kernels.md.
-SINGLE_PROCESS_SPINCOUNT = "1000"
+#: ``GOMP_SPINCOUNT``). libgomp's default, 300,000, is milliseconds of spinning at every barrier: on a machine that
+#: also runs other work a descheduled worker then costs each small operation that long (2-7x slower at load 5-7 on
+#: 2 cores). On a quiet machine 1,000 spins were 10-50% slower than the default (the threads fell asleep between
+#: two eager torch operations); 30,000 measured the same as the default (0.87-1.19 of its time) while spinning a
+#: tenth as long. benchmarks/omp_policy.py; docs/cpu_kernels.md has both tables.
+SINGLE_PROCESS_SPINCOUNT = "30000"
 #: what worker processes that share the machine's cores (process pool, Ray) use: no spinning at all
 WORKER_WAIT_POLICY = "PASSIVE"
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
