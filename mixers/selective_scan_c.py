@@ -213,19 +213,26 @@ static inline const float *conv_input(const float *x, long xt, long xb, const fl
     return tmp;
 }
 
+/* The causal depthwise conv's pre-activation at (t, b) into acc [D]; tmp [D] is scratch for conv_input. */
+static void conv_preact(const float *restrict x, long xt, long xb, const float *restrict wT,
+                        const float *restrict bias, const float *restrict hist, int D, int W, int t, int b,
+                        float *restrict acc, float *restrict tmp) {
+    for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
+    for (int j = 0; j < W; j++) {
+        const float *xr = conv_input(x, xt, xb, hist, D, W, t - W + 1 + j, b, tmp);
+        if (xr == NULL) continue;
+        const float *wj = wT + (long)j * D;
+        for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
+    }
+}
+
 void conv_forward(int T, int Bt, int D, int W, const float *restrict x, long xt, long xb,
                   const float *restrict wT, const float *restrict bias, const float *restrict hist,
                   float *restrict out, long ot, long ob, int b0, int b1) {
     float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
     for (int b = b0; b < b1; b++)
         for (int t = 0; t < T; t++) {
-            for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
-            for (int j = 0; j < W; j++) {
-                const float *xr = conv_input(x, xt, xb, hist, D, W, t - W + 1 + j, b, tmp);
-                if (xr == NULL) continue;
-                const float *wj = wT + (long)j * D;
-                for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
-            }
+            conv_preact(x, xt, xb, wT, bias, hist, D, W, t, b, acc, tmp);
             float *o = out + t * ot + b * ob;
             for (int d = 0; d < D; d++) o[d] = acc[d] / (1.f + expf(-acc[d]));
         }
@@ -248,13 +255,7 @@ void conv_backward(int T, int Bt, int D, int W, const float *restrict x, long xt
         if (hist && d_hist)
             for (int k = 0; k < D * W; k++) d_hist[(long)b * D * W + k] = 0.f;
         for (int t = 0; t < T; t++) {
-            for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
-            for (int j = 0; j < W; j++) {
-                const float *xr = conv_input(x, xt, xb, hist, D, W, t - W + 1 + j, b, tmp);
-                if (xr == NULL) continue;
-                const float *wj = wT + (long)j * D;
-                for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
-            }
+            conv_preact(x, xt, xb, wT, bias, hist, D, W, t, b, acc, tmp);
             const float *go = d_out + t * gt + b * gb;
             for (int d = 0; d < D; d++) {
                 float s = 1.f / (1.f + expf(-acc[d]));
