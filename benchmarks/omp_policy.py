@@ -1,4 +1,4 @@
-"""OpenMP wait policies side by side: ProtoT and attention prefill at T=512, decode, and a training step.
+"""OpenMP wait policies side by side: ProtoT and attention prefill at T=512, decode, and training steps.
 
 ``OMP_WAIT_POLICY`` is read once, when torch loads its OpenMP runtime, so one process cannot compare policies:
 this script starts a fresh child process per (round, policy), the policies alternating (A B, then B A, ...), and
@@ -7,7 +7,7 @@ and reports its medians. Per workload, the ratio of a policy's time to the first
 (paired: the two children of a round ran back to back) and summarised by its median and a bootstrap interval
 over rounds. Workloads are the throughput suite's, at the preset's backbone (default: quick).
 
-    python benchmarks/omp_policy.py [--policies default,passive] [--rounds 4] [--preset quick]
+    python benchmarks/omp_policy.py [--policies default,passive] [--rounds 4] [--preset quick] [--workloads train]
 
 Policies: ``default`` (OMP_WAIT_POLICY unset: libgomp spins a while, then sleeps), ``passive``, ``active``,
 ``spinN`` (unset policy, GOMP_SPINCOUNT=N), each optionally ``@T`` for T intra-op threads (``passive@1``).
@@ -29,6 +29,9 @@ WORKLOADS = (  # (name, mixer, mode, length, batch): batch 0 = the preset's trai
     ("attention decode @512", "attention", "decode", 512, 1),
     ("protot train step", "protot", "train", 0, 0),
     ("attention train step", "attention", "train", 0, 0),
+    # the compiled C kernels (Mamba's scan, DeltaNet's conv) run their own threads beside OpenMP's
+    ("mamba train step", "mamba", "train", 0, 0),
+    ("deltanet train step", "deltanet", "train", 0, 0),
 )
 
 
@@ -49,8 +52,17 @@ def policy_env(policy: str) -> dict[str, str]:
     return env
 
 
-def child(preset: str, repeats: int) -> None:
-    """Time every workload in this process (its policy is its environment's) and print the medians as JSON."""
+def selected(names: str) -> tuple[tuple, ...]:
+    """The workloads whose name contains one of the comma-separated ``names`` (all for "")."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    chosen = tuple(w for w in WORKLOADS if not wanted or any(n in w[0] for n in wanted))
+    if not chosen:
+        raise SystemExit(f"omp_policy: no workload matches {names!r}; names: {', '.join(w[0] for w in WORKLOADS)}")
+    return chosen
+
+
+def child(preset: str, repeats: int, workloads: tuple[tuple, ...]) -> None:
+    """Time each workload in this process (its policy is its environment's) and print the medians as JSON."""
     import torch
 
     import _common
@@ -59,10 +71,10 @@ def child(preset: str, repeats: int) -> None:
 
     torch.set_flush_denormal(True)  # as the CLI does
     backbone, train_batch = _common.quick_backbone(preset)
-    models = {m: _common.build(m, backbone) for m in {w[1] for w in WORKLOADS}}
+    models = {m: _common.build(m, backbone) for m in {w[1] for w in workloads}}
     device = torch.device("cpu")
     out = {}
-    for name, mixer, mode, length, batch in WORKLOADS:
+    for name, mixer, mode, length, batch in workloads:
         model = models[mixer]
         model.train(mode == "train")
         work = workload(model, mode, length or backbone.context, batch or train_batch, device, decode_tokens=8)
@@ -77,10 +89,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per workload in each child")
     parser.add_argument("--preset", default="quick")
+    parser.add_argument("--workloads", default="", help="comma-separated parts of workload names (default: all)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    workloads = selected(args.workloads)
     if args.child:
-        child(args.preset, args.repeats)
+        child(args.preset, args.repeats, workloads)
         return
     import _common
     from harness.timing import Timings
@@ -89,11 +103,12 @@ def main() -> None:
     for p in policies:
         policy_env(p)  # fail on a typo before the first child
     load_start = _common.load_average()
-    seconds: dict[str, dict[str, list[float]]] = {w[0]: {p: [] for p in policies} for w in WORKLOADS}
+    seconds: dict[str, dict[str, list[float]]] = {w[0]: {p: [] for p in policies} for w in workloads}
     t0 = time.perf_counter()
     for r in range(args.rounds):
         for p in policies if r % 2 == 0 else list(reversed(policies)):
-            cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--repeats", str(args.repeats)]
+            cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--repeats", str(args.repeats),
+                   "--workloads", args.workloads]
             done = subprocess.run(cmd, env=policy_env(p), capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"child for policy {p} failed:\n{done.stderr[-3000:]}")

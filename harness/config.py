@@ -147,10 +147,12 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "quick",
             dict(d_model=128, n_layers=4, context=256),
-            # 393k tokens (96 steps of 16 x 256): the quickstart's budget is 15 minutes cold on 2 cores, install
-            # included. At 655k (160 steps) a cold run measured 4 min install (2 min with --no-compile), 106-133 s of training per mixer
-            # (~5k tokens/s) and 90-105 s of suites per model: 20+ minutes in all.
-            dict(token_budget=393_216, batch_size=16, lr=3e-3, eval_every=32, checkpoint_every=48),
+            # 328k tokens (80 steps of 16 x 256): the quickstart's budget is 15 minutes cold on 2 cores, install
+            # included. At 655k (160 steps) a cold run measured 4 min install (2 min without byte-compiling),
+            # 106-133 s of training per mixer and 90-105 s of suites per model: 20+ minutes in all. At 393k two
+            # cold runs of the same code took 11:56 and 15:18 (a slower hour of this shared machine: install 165
+            # and 290 s, DeltaNet training 59 and 90 s).
+            dict(token_budget=327_680, batch_size=16, lr=3e-3, eval_every=40, checkpoint_every=40),
             vocab_size=4096,
             description="the embedded default on a 2-core CPU",
         ),

@@ -65,8 +65,8 @@ class Interpretability(Suite):
     quickstart: ClassVar[dict[str, Any] | None] = {
         "parts": "units,null,coverage,interventions",
         "intervene_modes": "write-mask,mask",
-        "profile_tokens": 8192,
-        "intervene_tokens": 8192,
+        "profile_tokens": 4096,
+        "intervene_tokens": 4096,
         "concept_windows": 8,
         "max_units_per_layer": 16,
     }
