@@ -44,7 +44,7 @@ test-deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
 test: setup test-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
 
 quickstart: setup
 	$(BIN)/mixbench quickstart

@@ -86,13 +86,13 @@ def compact_number(x: float, significant: int = 3) -> str:
     return text
 
 
-def compact_cell(cell: Cell | None) -> str:
-    """``472±82``, ``.312±.04``: value to 3 significant digits and half the interval's width to 1-2."""
+def compact_cell(cell: Cell | None, significant: int = 3) -> str:
+    """``472±82``, ``.312±.04``: value to ``significant`` digits and half the interval's width to 1-2."""
     if cell is None:
         return MISSING
     if math.isnan(cell.value):
         return "n/a"
-    text = compact_number(cell.value)
+    text = compact_number(cell.value, significant)
     iv = cell.interval
     if iv is not None and iv.finite:
         text += "±" + compact_number(iv.half_width, 2 if iv.half_width >= 1 else 1)
@@ -166,12 +166,55 @@ def _headline_columns(board: Board) -> list[Column]:
     return out
 
 
+#: the compact view's width bound in characters (a terminal, a README code block)
+COMPACT_WIDTH = 120
+
+
 def display(board: Board, view: str = "compact", suite: str | None = None, style: str = "md") -> Display:
+    """The rows and columns of ``view``. The compact view is made to fit :data:`COMPACT_WIDTH`: while its markdown
+    is wider, the widest column is shown to two significant digits instead of three; then columns are left out,
+    the legend naming them: state, params, the suites that do not vote (right to left), then those that do. The
+    full views keep every digit and column."""
+    if view != "compact":
+        return _display(board, view, suite, style)
+    significant: dict[str, int] = {}
+    omitted: list[str] = []
+    while True:
+        d = _display(board, view, suite, style, significant, omitted)
+        if compact_width(d) <= COMPACT_WIDTH:
+            break
+        values = [j for j, k in enumerate(d.keys) if k not in d.text_columns and k not in ("params", "state")
+                  and significant.get(k, 3) > 2]
+        if values:
+            widest = max(values, key=lambda j: max(len(r[j]) for r in d.body) if d.body else 0)
+            significant[d.keys[widest]] = 2
+            continue
+        suites = [k for k in d.keys if k not in d.text_columns and k not in ("params", "state")]
+        silent = [k for k in suites if not (board.verdicts.get(k) and board.verdicts[k].votes)]
+        order = [k for k in ("state", "params") if k in d.keys] + silent[::-1] + [k for k in suites[::-1]
+                                                                                  if k not in silent]
+        if not order or len(suites) <= 1 and order == suites:
+            break  # as narrow as it gets
+        omitted.append(order[0])
+    if omitted:
+        d.legend.append(f"left out to fit {COMPACT_WIDTH} columns: {', '.join(omitted)} (`--all` shows them)")
+    return d
+
+
+def compact_width(d: Display) -> int:
+    """Characters of the widest line of the compact markdown table of ``d``."""
+    cells = [d.header, *d.body]
+    return 1 + sum(max(len(_escape_md(line[j])) for line in cells) + 1 for j in range(len(d.header)))
+
+
+def _display(board: Board, view: str, suite: str | None, style: str,
+             significant: dict[str, int] | None = None, omitted: list[str] | tuple = ()) -> Display:
+    significant = significant or {}
     if view not in VIEWS:
         raise MixbenchError(f"unknown leaderboard view '{view}'; use one of {', '.join(VIEWS)}.")
     table = board.table
     if view == "compact":
-        columns = _headline_columns(board)
+        columns = [c for c in _headline_columns(board) if c.name not in omitted]
     elif view == "suite":
         columns = [c for c in table.columns if c.suite == suite]
         if not columns:
@@ -184,7 +227,7 @@ def display(board: Board, view: str = "compact", suite: str | None = None, style
     lead = [("rank", "rank"), ("model", "model")]
     if len(presets) > 1:
         lead.append(("preset", "preset"))
-    lead += [("params", "params"), ("state", "state"), ("gate", "gate")]
+    lead += [(k, k) for k in ("params", "state") if k not in omitted] + [("gate", "gate")]
     if view != "compact":
         lead += [("seeds", "seeds"), ("train_tps", "train tok/s")]
     up, down = ("↑", "↓") if style != "latex" else (r"$\uparrow$", r"$\downarrow$")
@@ -217,7 +260,7 @@ def display(board: Board, view: str = "compact", suite: str | None = None, style
             cell = table.cell(row, c)
             verdict = board.verdicts.get(c.name)
             group = board.group(row, c) if verdict is not None and verdict.votes else None
-            text = compact_cell(cell) if view == "compact" else cell_text(cell)
+            text = compact_cell(cell, significant.get(c.name, 3)) if view == "compact" else cell_text(cell)
             if group is not None and cell is not None:
                 text += group if view == "compact" else f" {group}"
             line.append(text)

@@ -192,6 +192,28 @@ def test_compact_view_fits_120_columns_and_full_views_parse(tmp_path):
     assert "glue/m" in suite and "perplexity" not in suite.split("\n\n")[0]
 
 
+def test_compact_view_of_small_numbers_drops_digits_then_columns_to_fit_and_says_so(tmp_path):
+    """Values like the quickstart's JSDs (.00236±.0007) in every column are too wide at three digits: the
+    compact view shows the widest columns to two, then leaves out state and params, naming them; the JSON keeps
+    every digit."""
+    store = ResultsStore(tmp_path)
+    rng = np.random.default_rng(5)
+    suites = ["perplexity", "throughput", "robustness", "glue", "judge", "interpretability", "synthetic", "lm-eval"]
+    planted = set()
+    for mixer in ("a-long-mixer-name", "attention", "mamba", "deltanet"):
+        s = subject(mixer, parameters=1_234_567, state_floats=8_388_608)
+        for suite in suites:
+            value = float(rng.uniform(0.001, 0.009))
+            planted.add(value)
+            put(store, manifest(suite, s, headline=("m",)), [score("m", value, True, 0.000712)])
+    text = leaderboard_text(str(tmp_path))
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert max(len(line) for line in table) <= 120
+    assert "left out to fit 120 columns: state, params, " in text and "|state|" not in table[0]
+    doc = json.loads(leaderboard_text(str(tmp_path), "json", "full"))
+    assert {c["value"] for r in doc["rows"] for c in r["cells"].values()} == planted  # every digit, every column
+
+
 def test_model_text_is_escaped_in_every_format(tmp_path):
     evil = "x|y<script>alert(1)</script>&_%"
     _wide_store(tmp_path, label=evil)
