@@ -129,10 +129,12 @@ def _signal_text(signum: int) -> str:
     return f"died from signal {signum} ({name})"
 
 
-def _worker_death(index: int, jobs: Sequence[Any], pids: str, pool: Any, exc: BaseException) -> MixbenchError:
+def _worker_death(index: int, jobs: Sequence[Any], pids: str, processes: dict[int, Any],
+                  exc: BaseException) -> MixbenchError:
     """The sentence for a job whose pool broke: its worker's death (signal 9: the kernel's OOM killer) or, when
-    another worker died, that one's; every unfinished job resumes from its checkpoint on a rerun."""
-    processes = dict(getattr(pool, "_processes", None) or {})  # the pool's own table: pid -> Process
+    another worker died, that one's; every unfinished job resumes from its checkpoint on a rerun. ``processes``
+    (pid -> Process) is taken when the jobs were submitted: a broken pool empties its own table as it shuts
+    down, racing this read."""
     ran_on: dict[int, int] = {}
     for note in Path(pids).iterdir():
         with contextlib.suppress(ValueError, OSError):
@@ -225,13 +227,14 @@ class ProcessExecutor(Executor):
                 self._pool.submit(_pid_noting_call, pids, i, fn, job, *args, threads=threads): (i, job)
                 for i, job in enumerate(jobs)
             }
+            workers = dict(getattr(self._pool, "_processes", None) or {})  # spawned by the submits: pid -> Process
         try:
             for future in concurrent.futures.as_completed(futures):
                 index, job = futures[future]
                 try:
                     result = future.result()
                 except BrokenProcessPool as exc:  # a worker died: name the job and the signal that killed it
-                    result = _worker_death(index, jobs, pids, self._pool, exc)
+                    result = _worker_death(index, jobs, pids, workers, exc)
                 except Exception as exc:  # a job's error
                     result = exc
                 yield job, result

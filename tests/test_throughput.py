@@ -59,7 +59,9 @@ def test_out_of_memory_point_is_recorded_and_the_sweep_continues(tmp_path):
     assert oom.status == "oom" and oom.seconds is None and oom.detail
     ok = measure_point(model, "train", 16, 1, torch.device("cpu"), plan, 4, memory_cap=None)
     assert ok.status == "ok" and ok.seconds > 0  # the address-space cap was lifted again
-    cfg = ThroughputConfig(lengths=(16, 4096), batch_sizes=(8,), repeats=1, reference="", memory_cap_mb=2)
+    # batch 32: every point at 4096 needs tens of MB beyond the 2 MB cap (at batch 8 the decode point could fit in
+    # heap memory freed by the points before it)
+    cfg = ThroughputConfig(lengths=(16, 4096), batch_sizes=(32,), repeats=1, reference="", memory_cap_mb=2)
     result = Throughput(cfg).run(model, SuiteContext(None, tmp_path, progress=False))
     statuses = {(s["mode"], s["length"]): s["status"] for s in result.samples}
     assert len(statuses) == 6  # every point of the grid is accounted for
