@@ -57,9 +57,12 @@ def test_non_finite_loss_names_the_step(tmp_path):
         train(bind_vocab(spec, corpus.tokenizer.vocab_size), tmp_path / "out", corpus, progress=False)
 
 
+STEPS = 60  # the kill lands between step 20 and the end; each of the three runs is a fresh process
+
+
 def _train_cmd(out: Path) -> list[str]:
     return [sys.executable, "-m", "harness.cli", "train", "--mixer", "protot", "--out", str(out), *TINY_TRAIN,
-            "--tokens", str(120 * 8 * 128), "--checkpoint-every", "10", "--eval-every", "40"]
+            "--tokens", str(STEPS * 8 * 128), "--checkpoint-every", "10", "--eval-every", "20"]
 
 
 def test_sigkill_then_resume_reaches_the_same_loss(tmp_path):
@@ -75,10 +78,10 @@ def test_sigkill_then_resume_reaches_the_same_loss(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     partial = load_checkpoint(killed)
-    assert not partial.final and 20 <= partial.step < 120, "the kill must land mid-run"
+    assert not partial.final and 20 <= partial.step < STEPS, "the kill must land mid-run"
     subprocess.run(_train_cmd(killed), check=True, capture_output=True)  # resumes
     a, b = load_checkpoint(full), load_checkpoint(killed)
-    assert a.final and b.final and b.step == a.step == 120
+    assert a.final and b.final and b.step == a.step == STEPS
     assert b.meta["final_loss"] == a.meta["final_loss"]
     assert b.meta["weights_sha256"] == a.meta["weights_sha256"]  # bit-for-bit the same model
     assert [h for h in b.meta["history"] if h["step"] > partial.step] == [h for h in a.meta["history"] if h["step"] > partial.step]
