@@ -454,6 +454,13 @@ def _time_batch(t: torch.Tensor) -> tuple[int, int, int]:
     return t.data_ptr(), t.stride(0), t.stride(1)
 
 
+def _conv_params(weight, bias):
+    """The C loops' layout of a depthwise Conv1d's parameters: weight [D, 1, W] as [W, D], both fp32, contiguous."""
+    D, W = weight.shape[0], weight.shape[-1]
+    wT = weight.detach().reshape(D, W).t().contiguous().float()
+    return wT, (bias.detach().float().contiguous() if bias is not None else None)
+
+
 def conv_forward(x, weight, bias, hist, out=None):
     """``silu(depthwise causal conv(x))`` over time: ``x`` indexed [T, Bt, D] (any strides over time and batch, see
     :data:`SOURCE`; ``x.transpose(0, 1)`` of a batch-major tensor works), ``weight`` [D, 1, W] (a Conv1d's),
@@ -462,8 +469,7 @@ def conv_forward(x, weight, bias, hist, out=None):
     lib = _library()
     T, Bt, D = x.shape
     W = weight.shape[-1]
-    wT = weight.detach().reshape(D, W).t().contiguous().float()
-    bias_f = bias.detach().float().contiguous() if bias is not None else None
+    wT, bias_f = _conv_params(weight, bias)
     out = x.new_empty(T, Bt, D) if out is None else out
     args = (T, Bt, D, W, *_time_batch(x), _ptr(wT), _ptr(bias_f), _ptr(hist), *_time_batch(out))
     _run([lambda blk=blk: lib.conv_forward(*args, *blk) for blk in _batch_split(Bt)])
@@ -476,8 +482,7 @@ def conv_backward(x, weight, bias, hist, d_out, d_x=None):
     lib = _library()
     T, Bt, D = x.shape
     W = weight.shape[-1]
-    wT = weight.detach().reshape(D, W).t().contiguous().float()
-    bias_f = bias.detach().float().contiguous() if bias is not None else None
+    wT, bias_f = _conv_params(weight, bias)
     d_x = x.new_empty(T, Bt, D) if d_x is None else d_x
     d_hist = torch.empty_like(hist) if hist is not None else None
     blocks = _batch_split(Bt)
