@@ -156,10 +156,14 @@ def _rank_text(board: Board, row: Row) -> str:
 
 
 def _headline_columns(board: Board) -> list[Column]:
-    """The first headline column of each suite on the board (canonical configs only)."""
+    """The first headline column of each suite on the board, under the config its columns vote in: the canonical
+    one, or, for a suite with only ad-hoc runs, the stand-in the table chose (as ``board._column_verdicts``), so
+    the compact view shows every column its ranks come from."""
     seen, out = set(), []
+    shown: dict[str, str] = {}
     for c in board.table.columns:
-        if c.config or not c.headline or c.suite in seen:
+        shown.setdefault(c.suite, c.config)
+        if c.config != shown[c.suite] or not c.headline or c.suite in seen:
             continue
         seen.add(c.suite)
         out.append(c)

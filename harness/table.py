@@ -169,6 +169,9 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
             targets = [rows[key]]
         for row in targets:
             row.runs.append(run)
+    for row in rows.values():
+        if not row.gate:  # a row of mixer-scoped runs only: its gate is theirs
+            row.gate = _gate_status(row.runs)
     wanted = list(dict.fromkeys(suites)) if suites else None
     available = sorted({r.manifest.suite for row in rows.values() for r in row.runs})
     if wanted:
@@ -214,9 +217,14 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         row.state_floats = _mean_int([s.state_floats for s in subjects])
         row.train_flops = _mean([s.train_flops for s in subjects])
         row.train_tokens_per_s = _mean([s.train_tokens_per_s for s in subjects])
-        statuses = {r.manifest.gate.status for r in row.runs}
-        row.gate = statuses.pop() if len(statuses) == 1 else "mixed"
+        row.gate = _gate_status(row.runs)
     return rows
+
+
+def _gate_status(runs: list[RunRecord]) -> str:
+    """The gate verdict the runs share, or "mixed"."""
+    statuses = {r.manifest.gate.status for r in runs}
+    return statuses.pop() if len(statuses) == 1 else "mixed"
 
 
 def _newest_lineage(rows: dict[str, Row]) -> tuple[dict[str, Row], int]:

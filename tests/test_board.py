@@ -3,6 +3,7 @@ readable views. Planted stores with known numbers, checked against by-hand compu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -133,6 +134,27 @@ def test_a_row_missing_a_suite_is_unranked_never_first(tmp_path):
     assert not board.verdicts["judge/elo"].votes and "only 1 of 3" in board.verdicts["judge/elo"].reason
     text = render(board, "md")
     assert "c / tiny is not ranked: it lacks robustness" in text
+
+
+def test_a_suite_with_only_ad_hoc_runs_shows_the_column_it_ranks_by(tmp_path):
+    """Mixer-scoped runs (no trained model) under an ad-hoc suite config: the compact view must show the column
+    the ranks come from, and the rows carry their runs' gate verdict (both were missing: a board of ranks
+    without a single metric column, gate '—')."""
+    store = ResultsStore(tmp_path)
+    for mixer, acc in (("a", 0.80), ("b", 0.20)):
+        s = dataclasses.replace(subject(mixer), kind="mixer", preset=None, seed=None, parameters=None,
+                                state_floats=None, train_tokens_per_s=None)
+        put(store, manifest("synthetic", s, config={"lrs": [0.003]}, source="override", headline=("recall/acc",)),
+            [score("recall/acc", acc, True, 0.01)])
+    board = board_of(store)
+    assert [c.name for c in board.voting] == ["synthetic[lrs=0.003]/recall/acc"]
+    text = render(board, "md")
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[-2].strip() == "synthet."  # the voting column is on the compact board
+    assert "synthet. = synthetic[lrs=0.003]/recall/acc" in text
+    cells = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")] for line in table[2:]}
+    assert cells["a"][1].startswith("1") and cells["b"][1].startswith("2")
+    assert cells["a"][5] == cells["b"][5] == "ok"
 
 
 def test_unreliable_and_chance_level_columns_do_not_vote(tmp_path):
