@@ -411,9 +411,12 @@ def row_provenance(row: Row) -> dict[str, Any]:
     git = prov.get("git") or {}
     hw = prov.get("hardware") or {}
     subject_parts = m.identity.get("subject_parts") or {}
+    mixer_parts = subject_parts.get("mixer")
+    if not isinstance(mixer_parts, dict):  # a mixer-scoped run: its subject is the mixer's identity itself
+        mixer_parts = subject_parts
     return {
         "revision": git.get("commit"), "dirty": git.get("dirty"), "mixbench": prov.get("mixbench"),
-        "mixer_code": (subject_parts.get("mixer") or {}).get("mixer_code"), "core_code": subject_parts.get("core_code"),
+        "mixer_code": mixer_parts.get("mixer_code"), "core_code": subject_parts.get("core_code"),
         "packages": subject_parts.get("packages"), "cpu": hw.get("cpu"), "threads": hw.get("torch_threads"),
         "device": m.subject.device, "threading": (m.identity.get("device") or {}).get("policy"),
         "newest_run": newest.run_id, "written_at": m.written_at,

@@ -13,6 +13,7 @@ without it, so a machine missing it cannot pass the acceptance silently. Screens
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import io
 import json
@@ -174,6 +175,24 @@ def test_site_layout_downloads_legend_and_provenance(site, store):
     attention_row = next(p for p in (site / "rows").glob("attention-*.html")).read_text()
     assert "All runs agree on code, packages, device, kernel and gate." in attention_row
     assert html.escape(provenance()["python"]) in attention_row
+
+
+def test_a_store_of_mixer_scoped_runs_only_publishes(tmp_path):
+    """Suites that train their own models (synthetic) store runs whose subject is a mixer, not a model: their
+    identity parts are the mixer's own (no nested mixer dict). Publishing such a store crashed building the rows'
+    provenance."""
+    store = ResultsStore(tmp_path / "store")
+    for mixer, acc in (("a", 0.8), ("b", 0.3)):
+        s = dataclasses.replace(subject(mixer), kind="mixer", preset=None, seed=None)
+        m = dataclasses.replace(manifest("synthetic", s, headline=("recall/acc",)),
+                                identity={"subject_parts": {"mixer": mixer, "mixer_code": f"code-{mixer}"}})
+        put(store, m, [score("recall/acc", acc, True, 0.02)])
+    site = publish_site(store, tmp_path / "site")
+    doc = json.loads((site / "board.json").read_text())
+    validate_board_document(doc)
+    by_mixer = {r["mixer"]: r for r in doc["rows"]}
+    assert {k: r["provenance"]["mixer_code"] for k, r in by_mixer.items()} == {"a": "code-a", "b": "code-b"}
+    assert by_mixer["a"]["gate"] == "passed"
 
 
 def test_every_page_escapes_model_text_and_loads_nothing_from_outside(site):
