@@ -134,9 +134,8 @@ def _column_verdicts(table: Table, rows: list[Row]) -> dict[str, ColumnVerdict]:
     for suite, key in ran:
         suites_ran[suite].add(key)
     out: dict[str, ColumnVerdict] = {}
-    shown_config: dict[str, str] = {}  # the config of each suite's first columns: canonical, or the stand-in
+    shown_config = table.shown_configs()
     for column in table.columns:
-        shown_config.setdefault(column.suite, column.config)
         cells = {row.key: table.cell(row, column) for row in rows}
         present = {k: c for k, c in cells.items() if c is not None and math.isfinite(c.value)}
         reason = _why_not(column, present, suites_ran[column.suite], len(rows),

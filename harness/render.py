@@ -156,13 +156,11 @@ def _rank_text(board: Board, row: Row) -> str:
 
 
 def _headline_columns(board: Board) -> list[Column]:
-    """The first headline column of each suite on the board, under the config its columns vote in: the canonical
-    one, or, for a suite with only ad-hoc runs, the stand-in the table chose (as ``board._column_verdicts``), so
-    the compact view shows every column its ranks come from."""
+    """The first headline column of each suite on the board, under the config its columns vote in
+    (:meth:`harness.table.Table.shown_configs`), so the compact view shows the columns its ranks come from."""
     seen, out = set(), []
-    shown: dict[str, str] = {}
+    shown = board.table.shown_configs()
     for c in board.table.columns:
-        shown.setdefault(c.suite, c.config)
         if c.config != shown[c.suite] or not c.headline or c.suite in seen:
             continue
         seen.add(c.suite)

@@ -133,6 +133,14 @@ class Table:
     def empty(self) -> bool:
         return not self.rows
 
+    def shown_configs(self) -> dict[str, str]:
+        """Per suite, the config label of its first columns: the canonical config ("") or, for a suite with only
+        ad-hoc runs, the stand-in the table chose. Those columns vote and head the compact view."""
+        shown: dict[str, str] = {}
+        for c in self.columns:
+            shown.setdefault(c.suite, c.config)
+        return shown
+
 
 # ---------------------------------------------------------------------------------------------- building
 
@@ -169,9 +177,8 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
             targets = [rows[key]]
         for row in targets:
             row.runs.append(run)
-    for row in rows.values():
-        if not row.gate:  # a row of mixer-scoped runs only: its gate is theirs
-            row.gate = _gate_status(row.runs)
+    for row in rows.values():  # after the join: a mixer-scoped run's gate verdict counts for its rows too
+        row.gate = _gate_status(row.runs)
     wanted = list(dict.fromkeys(suites)) if suites else None
     available = sorted({r.manifest.suite for row in rows.values() for r in row.runs})
     if wanted:
@@ -217,7 +224,6 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         row.state_floats = _mean_int([s.state_floats for s in subjects])
         row.train_flops = _mean([s.train_flops for s in subjects])
         row.train_tokens_per_s = _mean([s.train_tokens_per_s for s in subjects])
-        row.gate = _gate_status(row.runs)
     return rows
 
 

@@ -157,6 +157,18 @@ def test_a_suite_with_only_ad_hoc_runs_shows_the_column_it_ranks_by(tmp_path):
     assert cells["a"][5] == cells["b"][5] == "ok"
 
 
+def test_a_skip_gated_mixer_scoped_run_marks_the_model_row_it_joins(tmp_path):
+    """A mixer-scoped run joins every row of its mixer: scored with --skip-gate, it must not hide behind the
+    model runs' 'passed'."""
+    store = ResultsStore(tmp_path)
+    model = subject("a")
+    put(store, manifest("perplexity", model), [score("ppl", 10.0, False, 0.1)])
+    mixer_only = dataclasses.replace(model, kind="mixer", preset=None, seed=None)
+    put(store, manifest("synthetic", mixer_only, gate="skipped"), [score("recall/acc", 0.5, True, 0.01)])
+    (row,) = board_of(store).table.rows
+    assert row.gate == "mixed" and len(row.runs) == 2
+
+
 def test_unreliable_and_chance_level_columns_do_not_vote(tmp_path):
     store = ResultsStore(tmp_path)
     for mixer, elo, acc in (("a", 1100.0, 50.5), ("b", 900.0, 49.8)):
