@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -129,6 +130,18 @@ def _signal_text(signum: int) -> str:
     return f"died from signal {signum} ({name})"
 
 
+def _exit_code(proc: Any, timeout: float = 5.0) -> int | None:
+    """``proc``'s exit status, waiting up to ``timeout`` s for it. The pool breaks when the worker's pipe closes, a
+    moment before its exit status exists; and the pool's own manager thread reaps the same child while it shuts
+    down, so one ``waitpid`` of the two gets the status and the other gets ECHILD (read as "still running") until
+    the winner stores it. Hence the poll until the status is seen, not one read."""
+    deadline = time.monotonic() + timeout
+    proc.join(timeout=timeout)
+    while (code := proc.exitcode) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return code
+
+
 def _worker_death(index: int, jobs: Sequence[Any], pids: str, processes: dict[int, Any],
                   exc: BaseException) -> MixbenchError:
     """The sentence for a job whose pool broke: its worker's death (signal 9: the kernel's OOM killer) or, when
@@ -144,8 +157,7 @@ def _worker_death(index: int, jobs: Sequence[Any], pids: str, processes: dict[in
         proc = processes.get(ran_on.get(i, -1))
         if proc is None:
             return None
-        proc.join(timeout=5)  # the pool breaks when the worker's pipe closes, a moment before its exit status exists
-        code = proc.exitcode
+        code = _exit_code(proc)
         if code is None or code == 0 or code == -signal.SIGTERM:
             return None
         return _signal_text(-code) if code < 0 else f"exited with status {code}"
