@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,13 @@ def _module_file(name: str) -> Path | None:
     return Path(file)
 
 
-def _imports(name: str, path: Path) -> set[str]:
+def _imports(name: str, path: Path, followed: Callable[[str], bool]) -> set[str]:
     """Absolute names of the modules ``name`` imports (relative imports resolved), read from its source.
 
     ``from pkg import a`` counts as importing the submodule ``pkg.a`` when there is one (not ``pkg``, whose
-    ``__init__`` may import every sibling), and as importing ``pkg`` when ``a`` is a name defined there.
+    ``__init__`` may import every sibling), and as importing ``pkg`` when ``a`` is a name defined there. Telling
+    the two apart means finding ``pkg.a``, which imports ``pkg``: that is done only where ``followed`` says the
+    answer matters, never for outside packages (importing flash-linear-attention alone takes seconds).
     """
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -106,7 +109,8 @@ def _imports(name: str, path: Path) -> set[str]:
                 continue
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                found.add(sub if _module_file(sub) is not None else base)
+                resolve = followed(sub) or followed(base)
+                found.add(sub if resolve and _module_file(sub) is not None else base)
     return found
 
 
@@ -114,6 +118,10 @@ def _imports(name: str, path: Path) -> set[str]:
 def source_fingerprint(module: str) -> str:
     """SHA-256 (16 hex) of ``module``'s source and of the modules it reaches (see the module docstring)."""
     top = module.split(".")[0]
+
+    def followed(imported: str) -> bool:
+        return imported.split(".")[0] == top or _numeric_core(imported)
+
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:
@@ -124,9 +132,7 @@ def source_fingerprint(module: str) -> str:
         if path is None:
             continue
         seen[name] = path
-        for imported in _imports(name, path):
-            if imported.split(".")[0] == top or _numeric_core(imported):
-                todo.append(imported)
+        todo.extend(imported for imported in _imports(name, path, followed) if followed(imported))
     h = hashlib.sha256()
     for name in sorted(seen):
         h.update(name.encode() + b"\0" + seen[name].read_bytes() + b"\0")
