@@ -64,8 +64,11 @@ def main() -> None:
           f"{timings.warmup_rounds} warm-up rounds{'' if timings.settled else ' (not settled)'}")
     print(f"at start: {start}\nat end:   load average {_common.load_average()}")
     first = next(iter(runs))
-    print(f"{'entry':<24}{'kernel':<12}{'s/step':>8}{'min-max':>13}{'tokens/s':>10}"
-          f"{'time / ' + first:>24}{'time / same mixer first':>26}")
+    name_w = max(len("entry"), *(len(e) for e in runs)) + 2
+    kernel_w = max(len("kernel"), *(len(str(m.kernel)) for m, _ in runs.values())) + 2
+    first_w = len("time / " + first) + 2
+    print(f"{'entry':<{name_w}}{'kernel':<{kernel_w}}{'s/step':>8}{'min-max':>13}{'tokens/s':>10}"
+          f"{'time / ' + first:>{first_w}}{'time / same mixer first':>26}")
     firsts: dict[str, str] = {}
     for entry, (model, _) in runs.items():
         mixer = entry.split(":")[0]
@@ -73,8 +76,8 @@ def main() -> None:
         s = timings.seconds[entry]
         med = timings.median(entry)
         vs_mixer = _common.fmt_ratio(timings.ratio(entry, firsts[mixer])) if firsts[mixer] != entry else "-"
-        print(f"{entry:<24}{model.kernel:<12}{med:>8.3f}{f'{min(s):.2f}-{max(s):.2f}':>13}"
-              f"{batch * backbone.context / med:>10,.0f}{_common.fmt_ratio(timings.ratio(entry, first)):>24}"
+        print(f"{entry:<{name_w}}{str(model.kernel):<{kernel_w}}{med:>8.3f}{f'{min(s):.2f}-{max(s):.2f}':>13}"
+              f"{batch * backbone.context / med:>10,.0f}{_common.fmt_ratio(timings.ratio(entry, first)):>{first_w}}"
               f"{vs_mixer:>26}")
     for note in timings.notes:
         print(f"note: {note}")

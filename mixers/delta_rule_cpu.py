@@ -14,12 +14,16 @@ Rule over Sequence Length"), so almost all the work is batched matrix products o
   -1))^-1`` is one batched unit-triangular solve for all chunks (its backward is another), and gives the
   chunk's pseudo-values ``U = T diag(beta) V`` and ``W = T diag(beta) K exp(G)``;
 * across chunks only a short loop remains, two products per chunk on the [K, V] state:
-  ``U_n - W_n S`` (the chunk's true pseudo-values) and ``S <- exp(G_C) S + (K exp(G_C - G))^T U``;
+  ``U_n - W_n S`` (the chunk's true pseudo-values) and ``S <- exp(G_C) S + (K exp(G_C - G))^T U``. The loop is
+  one autograd function (:class:`_ChunkStates`) with a written-out backward: the reverse loop keeps only the
+  two products that carry the state's gradient, and the gradients of ``W``, of the written keys and of the
+  chunk decays are three batched products over all chunks after it, instead of autograd's six small products
+  and their bookkeeping per chunk;
 * the outputs are then one batched product for all chunks: ``(Q exp(G)) S_n + tril(Q K^T * D) U``.
 
 Every tensor is laid out chunk-major, [chunks, B, H, C, ...] and contiguous, so each batched product is one BLAS
 call over contiguous matrices and each chunk of the loop is a contiguous slice (strided batches make torch fall
-back to a matrix-by-matrix loop). Gradients come from autograd through these few large operations. Any chunk
+back to a matrix-by-matrix loop). The other gradients come from autograd through these few large operations. Any chunk
 length gives the same result up to rounding; padding the length to a multiple of the chunk with zero keys,
 values, betas and log-decays leaves the state unchanged, so the final state is exact. See docs/cpu_kernels.md.
 """
@@ -80,7 +84,7 @@ def chunk_delta_rule(
         q_in = q * G.unsqueeze(-1).exp()  # reads the state as it was at the chunk's start, decayed to t
         k_in = k_beta * G.unsqueeze(-1).exp()
         k_out = k * (G[..., -1:] - G).unsqueeze(-1).exp()  # writes decayed to the chunk's end
-        chunk_decay = G[..., -1].exp()[..., None, None]  # [N, B, H, 1, 1]
+        chunk_decay = G[..., -1].exp().reshape(N, B * H, 1, 1)
     else:
         qk = qk.masked_fill(~lower, 0.0)
         q_in, k_in, k_out, chunk_decay = q, k_beta, k, None
@@ -90,19 +94,67 @@ def chunk_delta_rule(
     u0 = ut @ (v * beta)
     w = ut @ k_in
 
-    S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, K, Vd)
-    starts, us = [], []
-    # unbind, not indexing: the backward of N index operations writes N full-size gradients, of unbind one stack
-    per_chunk = zip(u0.unbind(0), w.unbind(0), k_out.transpose(-1, -2).contiguous().unbind(0),
-                    chunk_decay.unbind(0) if chunk_decay is not None else [None] * N)
-    for u0_n, w_n, k_out_n, decay_n in per_chunk:  # the only sequential part: one state update per chunk
-        starts.append(S)
-        u = u0_n - w_n @ S
-        us.append(u)
-        S = (S if decay_n is None else S * decay_n) + k_out_n @ u
-    o = q_in @ torch.stack(starts) + qk @ torch.stack(us)  # [N, B, H, C, V]
+    S0 = initial_state.float() if initial_state is not None else k.new_zeros(B, H, K, Vd)
+    M = B * H  # the loop works on [N, B * H, ...]: every product one bmm over contiguous matrices
+    starts, us, S = _ChunkStates.apply(u0.float().reshape(N, M, C, Vd), w.float().reshape(N, M, C, K),
+                                       k_out.float().transpose(-1, -2).reshape(N, M, K, C), chunk_decay,
+                                       S0.reshape(M, K, Vd).contiguous())  # fp32 also under autocast
+    o = q_in @ starts.view(N, B, H, K, Vd) + qk @ us.view(N, B, H, C, Vd)  # [N, B, H, C, V]
     o = o.permute(1, 0, 3, 2, 4).reshape(B, N * C, H, Vd)[:, :T]
-    return o.to(dtype), (S if output_final_state else None)
+    return o.to(dtype), (S.view(B, H, K, Vd) if output_final_state else None)
+
+
+class _ChunkStates(torch.autograd.Function):
+    """The sequential part, chunk by chunk: ``u_n = u0_n - w_n S_n`` and ``S_{n+1} = d_n S_n + k_n^T u_n``.
+
+    Chunk-major, B and H flattened into M: ``u0`` [N, M, C, V], ``w`` [N, M, C, K], ``k_t`` (the written keys,
+    transposed) [N, M, K, C], ``decay`` (``d_n``; None: 1) [N, M, 1, 1], ``S0`` [M, K, V]. Returns every chunk's
+    starting state [N, M, K, V], the pseudo-values ``u`` [N, M, C, V] and the final state. Backward, with ``dS``
+    the gradient of ``S_{n+1}``: ``du_n = du_n^out + k_n dS`` and ``dS_n = dS_n^out + d_n dS - w_n^T du_n`` in a
+    reverse loop; then, batched over all chunks, ``dw = -du S^T``, ``dk_t = dS_next u^T``, ``dd = <dS_next, S>``.
+    """
+
+    @staticmethod
+    def forward(ctx, u0, w, k_t, decay, S0):
+        with torch.autocast(u0.device.type, enabled=False):  # the state is carried in fp32
+            return _ChunkStates._forward(ctx, u0, w, k_t, decay, S0)
+
+    @staticmethod
+    def _forward(ctx, u0, w, k_t, decay, S0):
+        N = u0.shape[0]
+        starts = u0.new_empty(N, *S0.shape)
+        us = torch.empty_like(u0)
+        S = S0
+        for n in range(N):
+            starts[n] = S
+            torch.baddbmm(u0[n], w[n], S, alpha=-1, out=us[n])
+            S = torch.baddbmm(S if decay is None else S * decay[n], k_t[n], us[n])
+        ctx.save_for_backward(w, k_t, decay, starts, us)
+        return starts, us, S
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_starts, d_us, d_final):
+        with torch.autocast(d_starts.device.type if d_starts is not None else "cpu", enabled=False):
+            return _ChunkStates._backward(ctx, d_starts, d_us, d_final)
+
+    @staticmethod
+    def _backward(ctx, d_starts, d_us, d_final):
+        w, k_t, decay, starts, us = ctx.saved_tensors
+        dS = torch.zeros_like(starts[0]) if d_final is None else d_final.contiguous()
+        d_us = torch.zeros_like(us) if d_us is None else d_us.contiguous()
+        d_starts = torch.zeros_like(starts) if d_starts is None else d_starts.contiguous()
+        du = torch.empty_like(us)
+        dS_next = torch.empty_like(starts)  # the gradient of the state each chunk wrote
+        for n in range(us.shape[0] - 1, -1, -1):
+            dS_next[n] = dS
+            torch.baddbmm(d_us[n], k_t[n].transpose(-1, -2), dS, out=du[n])
+            carried = dS if decay is None else dS * decay[n]
+            dS = torch.baddbmm(d_starts[n] + carried, w[n].transpose(-1, -2), du[n], alpha=-1)
+        d_w = (du @ starts.transpose(-1, -2)).neg_()
+        d_k_t = dS_next @ us.transpose(-1, -2)
+        d_decay = None if decay is None else (dS_next * starts).sum((-1, -2), keepdim=True)
+        return du, d_w, d_k_t, d_decay, dS
 
 
 def _one_step(q, k, v, beta, g, scale, initial_state, output_final_state):
