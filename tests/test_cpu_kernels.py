@@ -82,6 +82,30 @@ def test_chunked_delta_rule_stays_finite_under_steep_decay():
     assert rel(o.detach(), ref.detach()) <= 1e-5
 
 
+@pytest.mark.parametrize("decayed", [False, True])
+@pytest.mark.parametrize("used", ["all", "final state only", "outputs only"])
+def test_chunk_loop_backward_passes_gradcheck(decayed, used):
+    """The loop's written-out backward against finite differences in float64, with every output used, or only
+    some (autograd then passes None for the others)."""
+    from mixers.delta_rule_cpu import _ChunkStates
+
+    gen = torch.Generator().manual_seed(3)
+    N, M, C, K, V = 3, 2, 4, 3, 5
+
+    def make(*shape, scale=0.5):
+        return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_(True)
+
+    u0, w, k_t, S0 = make(N, M, C, V), make(N, M, C, K), make(N, M, K, C), make(M, K, V)
+    decay = torch.rand(N, M, 1, 1, generator=gen, dtype=torch.float64).requires_grad_(True) if decayed else None
+
+    def loop(u0, w, k_t, S0, *decay):
+        starts, us, final = _ChunkStates.apply(u0, w, k_t, decay[0] if decay else None, S0)
+        return {"all": (starts, us, final), "final state only": (final,), "outputs only": (starts, us)}[used]
+
+    inputs = (u0, w, k_t, S0) + ((decay,) if decayed else ())
+    assert torch.autograd.gradcheck(loop, inputs, eps=1e-6, atol=1e-8)
+
+
 # ---------------------------------------------------------------- Mamba-1 scan and conv
 pytestmark_c = pytest.mark.skipif(not selective_scan_c.available(),
                                   reason=f"no compiled scan here: {selective_scan_c.unavailable_reason()}")
