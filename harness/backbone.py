@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.batching import IGNORE_INDEX
 from harness.config import BackboneConfig, ModelSpec
 from harness.errors import ConfigError
+from harness.lm_head import cross_entropy
 from harness.mixer import Mixer
 
 
@@ -122,15 +124,22 @@ class MixerLM(nn.Module):
 
     # ------------------------------------------------------------------ compute
     def forward(
-        self, ids: torch.Tensor, states: Sequence[Any] | None = None
+        self, ids: torch.Tensor, states: Sequence[Any] | None = None, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, list[Any] | None]:
-        """``ids: [B, T]`` -> logits ``[B, T, V]`` and per-layer states (None in training)."""
+        """``ids: [B, T]`` -> logits ``[B, T, V]`` and per-layer states (None in training). With ``targets``
+        [B, T] (training; ``IGNORE_INDEX`` where none) the first element is instead their mean cross-entropy,
+        the head and the loss fused (:mod:`harness.lm_head`); it goes through ``forward`` so that a
+        DistributedDataParallel wrapper sees the call."""
         x = self.embed_dropout(self.embed(ids))
         new_states: list[Any] = []
         for i, block in enumerate(self.blocks):
             x, s = block(x, None if states is None else states[i])
             new_states.append(s)
-        return self.norm(x) @ self.embed.weight.T, (None if states is None else new_states)
+        x = self.norm(x)
+        if targets is not None:
+            loss = cross_entropy(x.flatten(0, 1), self.embed.weight, targets.flatten(), IGNORE_INDEX)
+            return loss, (None if states is None else new_states)
+        return x @ self.embed.weight.T, (None if states is None else new_states)
 
     def hidden_states(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """Residual stream after the embedding and after each block (L + 1 tensors), for probes and suites."""

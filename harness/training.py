@@ -75,8 +75,9 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
 
 
 def lm_loss(model: MixerLM, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits, _ = model(inputs)
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+    """Mean next-token cross-entropy of a training batch (the model's fused head and loss)."""
+    loss, _ = model(inputs, targets=targets)
+    return loss
 
 
 @torch.no_grad()

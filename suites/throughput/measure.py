@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from harness.timing import Candidate, Ratio, interleaved
+from harness.training import lm_loss
 
 MODES = ("prefill", "train", "decode")
 
@@ -191,10 +191,9 @@ def workload(model, mode: str, length: int, batch: int, device: torch.device, de
 
         return Workload(lambda: ids(length), prefill)
     if mode == "train":
-        def train_step(x):
+        def train_step(x):  # what one step of `mixbench train` computes, less the optimizer
             model.zero_grad(set_to_none=True)
-            logits, _ = model(x[:, :-1])
-            F.cross_entropy(logits.flatten(0, 1).float(), x[:, 1:].flatten()).backward()
+            lm_loss(model, x[:, :-1], x[:, 1:]).backward()
 
         return Workload(lambda: ids(length + 1), train_step)
     if mode == "decode":
