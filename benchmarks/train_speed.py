@@ -66,7 +66,7 @@ def main() -> None:
     first = next(iter(runs))
     name_w = max(len("entry"), *(len(e) for e in runs)) + 2
     kernel_w = max(len("kernel"), *(len(str(m.kernel)) for m, _ in runs.values())) + 2
-    first_w = len("time / " + first) + 2
+    first_w = max(len("time / " + first), len("0.00 [0.00, 0.00]")) + 2
     print(f"{'entry':<{name_w}}{'kernel':<{kernel_w}}{'s/step':>8}{'min-max':>13}{'tokens/s':>10}"
           f"{'time / ' + first:>{first_w}}{'time / same mixer first':>26}")
     firsts: dict[str, str] = {}
