@@ -135,7 +135,7 @@ class _ChunkStates(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_starts, d_us, d_final):
-        with torch.autocast(d_starts.device.type if d_starts is not None else "cpu", enabled=False):
+        with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):
             return _ChunkStates._backward(ctx, d_starts, d_us, d_final)
 
     @staticmethod

@@ -42,6 +42,16 @@ def test_no_counted_target_is_nan_and_without_grad_it_is_the_plain_loss():
     assert loss.item() == pytest.approx(F.cross_entropy(hidden @ weight.T, targets, ignore_index=IGNORE_INDEX).item())
 
 
+@pytest.mark.parametrize("bad", [50, 10_000, -5])
+def test_a_target_outside_the_vocabulary_is_an_error_not_a_number(bad):
+    """A corrupt token id (past the vocabulary, or negative other than the ignore index) must stop training, as
+    F.cross_entropy does, not be read as some other row's logit."""
+    hidden, weight, targets = inputs(torch.float32)
+    targets[7] = bad
+    with pytest.raises((IndexError, RuntimeError)):
+        lm_head.cross_entropy(hidden, weight, targets, IGNORE_INDEX)
+
+
 @pytest.mark.parametrize("mixer", ["protot", "attention"])
 def test_a_training_step_through_the_model_matches_the_logits_path(mixer):
     """``model(ids, targets=...)``, what training calls, against the loss of ``model(ids)``'s logits: the same
