@@ -5,7 +5,8 @@ round; ratios are per round, then median and a bootstrap interval over rounds). 
 B = 8, d = 256 (R = 32 prototypes, value dim 128), for each T:
 
 * ``kernel``: the prefix-mean kernel alone, recurrent (the definition) and chunked at the initial decay beta = 0.9
-  ("gentle") and with decays spread over [0.05, 0.99] ("spread"), next to a dense 1024^2 fp32 matmul timed in the
+  ("gentle") and with decays spread over [0.05, 0.99] ("spread"), chunked again with its two recurrences in
+  PyTorch ("pytorch-rec": what runs without a C compiler, ``compiled=False``), next to a dense 1024^2 fp32 matmul timed in the
   same rounds; achieved GFLOP/s use the chunked algorithm's FLOP count (``chunked_flops``, the same for both
   decay settings, so the fraction of peak compares time), and the fraction of peak is per round;
 * ``layer``: the whole ProtoT mixer layer (projections included) on its CPU default kernel next to the attention
@@ -20,11 +21,13 @@ beta = 0.9, and both chunked settings are compared with it.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 
 import torch
 
 from harness.timing import Candidate, Timings, interleaved
+from mixers import protot_c
 from mixers.attention import Attention, AttentionConfig
 from mixers.protot import ProtoT, ProtoTConfig
 from mixers.protot_kernels import KERNELS, chunked_flops
@@ -36,9 +39,10 @@ def load_average() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def kernel_candidate(name: str, kernel: str, B: int, T: int, R: int, m: int, betas: torch.Tensor) -> Candidate:
+def kernel_candidate(name: str, kernel: str, B: int, T: int, R: int, m: int, betas: torch.Tensor,
+                     **options) -> Candidate:
     """Forward + backward of one kernel; fresh leaf inputs (and the output gradient) are built outside the clock."""
-    fn = KERNELS[kernel]
+    fn = functools.partial(KERNELS[kernel], **options)
     gen = torch.Generator().manual_seed(T)
     w0 = torch.rand(B, T, R, generator=gen).softmax(-1) * (1 - betas)
     v0, rho0 = torch.randn(B, T, m, generator=gen), torch.rand(B, T, R, generator=gen).softmax(-1)
@@ -81,7 +85,7 @@ def kernel_rows(T: int, timings: Timings, flops: float, names: list[str]) -> lis
     rows = []
     for name in names:
         seconds = timings.median(name)
-        if name.startswith("chunked"):
+        if name.startswith(("chunked", "pytorch-rec")):
             achieved = flops / seconds / 1e9
             # fraction of peak per round = (flops / t_kernel) / (peak_flops / t_matmul)
             frac = timings.ratio("matmul", name)
@@ -127,8 +131,13 @@ def main() -> None:
     for T in [int(t) for t in args.lengths.split(",")]:
         kernels = [kernel_candidate("recurrent", "recurrent", B, T, R, m, betas["gentle"])]
         kernels += [kernel_candidate(f"chunked {k}", "chunked", B, T, R, m, b) for k, b in betas.items()]
+        if protot_c.usable(torch.zeros(1)):  # the same kernel with its recurrences in PyTorch (no C compiler)
+            kernels += [kernel_candidate(f"pytorch-rec {k}", "chunked", B, T, R, m, b, compiled=False)
+                        for k, b in betas.items()]
         timings = interleaved([matmul_candidate(), *kernels], repeats=args.repeats)
         kernel_table += kernel_rows(T, timings, chunked_flops(B, T, R, m, backward=True), [c.name for c in kernels])
+        kernel_table += [f"{T:>6}   chunked {k} / pytorch-rec {k}: {fmt(timings.ratio(f'chunked {k}', f'pytorch-rec {k}'))}"
+                         for k in betas if f"pytorch-rec {k}" in timings.seconds]
         kernel_table += [f"{T:>6}   note: {n}" for n in timings.notes]
 
         layers = interleaved([layer_candidate("protot", protot, B, T, d), layer_candidate("attention", attention, B, T, d)],

@@ -33,6 +33,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from mixers import protot_c
+
 #: blocks per split of a chunk whose decays are too steep for one factorised product
 SPLIT = 4
 
@@ -186,51 +188,60 @@ class _Tables:
 
 
 class ChunkedPrefixMean(torch.autograd.Function):
-    """(w, v, rho, log_beta, S0, M0, floor, C) -> (o, S_T, M_T); see the module docstring."""
+    """(w, v, rho, log_beta, S0, M0, floor, C, compiled) -> (o, S_T, M_T); see the module docstring."""
 
     @staticmethod
-    def forward(ctx, w, v, rho, log_beta, S0, M0, floor: float, C: int):
+    def forward(ctx, w, v, rho, log_beta, S0, M0, floor: float, C: int, compiled: bool):
         B, T, R = w.shape
         m = v.shape[-1]
         n = -(-T // C)
         pad = n * C - T
-        if pad:  # zero writes and reads on the padded tail; the final state is taken at T (``_Tables.last_*``)
-            w, v, rho = (F.pad(t, (0, 0, 0, pad)) for t in (w, v, rho))
-        N = B * n
         lb = log_beta.detach()
+        if compiled:  # the masses and read weights straight from the recurrence, over the unpadded positions
+            q, m_prev, final_mass = protot_c.masses_forward(w, rho, lb, M0, floor, n * C)
+        if pad:  # zero writes and reads on the padded tail; the final state is taken at T (``_Tables.last_*``)
+            w, v = F.pad(w, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
+            rho = rho if compiled else F.pad(rho, (0, 0, 0, pad))
+        N = B * n
         tab = _Tables(lb, C, C - pad)
         blocks = _Blocks(lb, floor)
         gentle = blocks.gentle(C)
         w3, v3 = w.view(N, C, R), v.view(N, C, m)
+        pq, pk = _mid(C, lb) if gentle else (None, None)
+        Kf = w3 * pk if gentle else None
 
         # the state path: increments, then the carried states (before each chunk; the final one after the last)
         to_end = w3 * tab.to_end
         if pad:
             to_end.view(B, n, C, R)[:, -1] = w.view(B, n, C, R)[:, -1] * tab.last_to_end
         inc = torch.bmm(to_end.transpose(1, 2), v3).view(B, n, R, m)
-        inc_mass = to_end.sum(1).view(B, n, R)
-        before = w.new_empty(B, n, R, m)
-        mass_before = w.new_empty(B, n, R)
-        before[:, 0], mass_before[:, 0] = S0, M0
-        for j in range(n - 1):
-            torch.addcmul(inc[:, j], before[:, j], tab.decay[:, None], out=before[:, j + 1])
-            torch.addcmul(inc_mass[:, j], mass_before[:, j], tab.decay, out=mass_before[:, j + 1])
         last = tab.chunk_decay(n - 1, n, bool(pad))
-        final = torch.addcmul(inc[:, -1], before[:, -1], last[:, None])
-        final_mass = torch.addcmul(inc_mass[:, -1], mass_before[:, -1], last)
-
-        # masses M_{t-1} (inside the chunk + carried), read weights q = rho / max(M, floor), scores A
-        if gentle:
-            pq, pk = _mid(C, lb)
-            Kf = w3 * pk
-            den = torch.matmul(_strictly_lower(C, w), Kf).mul_(pq)
+        if compiled:
+            before, final = protot_c.states_forward(inc, S0, tab.decay, last)
+            saved = (m_prev,)
         else:
-            Kf = None
-            den = blocks.masses(w3)
-        den.view(B, n, C, R).addcmul_(tab.into, mass_before[:, :, None, :])
-        floored = (den < floor).nonzero(as_tuple=True)  # few positions (those before the first writes)
-        den.clamp_(min=floor)
-        q = rho.view(N, C, R) / den
+            inc_mass = to_end.sum(1).view(B, n, R)
+            before = w.new_empty(B, n, R, m)
+            mass_before = w.new_empty(B, n, R)
+            before[:, 0], mass_before[:, 0] = S0, M0
+            for j in range(n - 1):
+                torch.addcmul(inc[:, j], before[:, j], tab.decay[:, None], out=before[:, j + 1])
+                torch.addcmul(inc_mass[:, j], mass_before[:, j], tab.decay, out=mass_before[:, j + 1])
+            final = torch.addcmul(inc[:, -1], before[:, -1], last[:, None])
+            final_mass = torch.addcmul(inc_mass[:, -1], mass_before[:, -1], last)
+            # masses M_{t-1} (inside the chunk + carried), read weights q = rho / max(M, floor)
+            if gentle:
+                den = torch.matmul(_strictly_lower(C, w), Kf).mul_(pq)
+            else:
+                den = blocks.masses(w3)
+            den.view(B, n, C, R).addcmul_(tab.into, mass_before[:, :, None, :])
+            floored = _floored(den, floor)
+            den.clamp_(min=floor)
+            q = rho.view(N, C, R) / den
+            saved = (den, mass_before, final_mass, *floored)
+
+        # scores A inside the chunk, then the output
+        q = q.view(N, C, R)
         if gentle:
             Qf = q * pq
             A = torch.bmm(Qf, Kf.transpose(1, 2)).tril_(-1)
@@ -240,9 +251,8 @@ class ChunkedPrefixMean(torch.autograd.Function):
         q_into = q * tab.into
         out = torch.bmm(A, v3).baddbmm_(q_into, before.view(N, R, m))
 
-        ctx.save_for_backward(w, v, q, den, Qf, Kf, q_into, A, to_end, before, mass_before, final, final_mass, lb,
-                              *floored)
-        ctx.meta = (floor, C, T, pad, gentle)
+        ctx.save_for_backward(w, v, q, Qf, Kf, q_into, A, to_end, before, final, lb, *saved)
+        ctx.meta = (floor, C, T, pad, gentle, compiled)
         o = out.view(B, n * C, m)
         return (o[:, :T] if pad else o), final, final_mass
 
@@ -254,10 +264,8 @@ class ChunkedPrefixMean(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, d_out, d_final, d_final_mass):
-        w, v, q, den, Qf, Kf, q_into, A, to_end, before, mass_before, final, final_mass, lb, *floored = (
-            ctx.saved_tensors
-        )
-        floor, C, T, pad, gentle = ctx.meta
+        w, v, q, Qf, Kf, q_into, A, to_end, before, final, lb, *saved = ctx.saved_tensors
+        floor, C, T, pad, gentle, compiled = ctx.meta
         B, TP, R = w.shape
         m = v.shape[-1]
         n = TP // C
@@ -268,49 +276,37 @@ class ChunkedPrefixMean(torch.autograd.Function):
         if d_out is None:
             d_out = v.new_zeros(B, T, m)
         dO = (F.pad(d_out, (0, 0, 0, pad)) if pad else d_out.contiguous()).view(N, C, m)
+        pq, pk = _mid(C, lb) if gentle else (None, None)
 
         # read side: scores and carried states -> gradient of the read weights q
         dA = torch.bmm(dO, v3.transpose(1, 2)).tril_(-1)
         if gentle:
-            pq, pk = _mid(C, lb)
             dq = torch.bmm(dA, Kf).mul_(pq)
         else:
             dq, dw = blocks.scores_t(dA, q, w3)
         dq.addcmul_(torch.bmm(dO, before.view(N, R, m).transpose(1, 2)), tab.into)
-
-        # through q = rho / max(M, floor); a floored mass gets no gradient. ``neg_dm`` is minus the masses' gradient.
-        d_rho = dq / den
-        neg_dm = d_rho * q
-        floored_q_dq = None
-        floored = tuple(floored)
-        if floored[0].numel():
-            floored_q_dq = neg_dm[floored] * den[floored]  # q dq there (den = floor), for the decay's gradient
-            neg_dm[floored] = 0.0
-
-        # gradients of the carried states, last chunk first
         d_read = torch.bmm(q_into.transpose(1, 2), dO).view(B, n, R, m)
-        d_mass_read = (neg_dm * tab.into).sum(1).neg_().view(B, n, R)
-        d_after = torch.empty_like(before)  # d_after[:, j]: gradient of the state after chunk j
-        d_mass_after = torch.empty_like(d_mass_read)
-        d_after[:, -1] = 0 if d_final is None else d_final
-        d_mass_after[:, -1] = 0 if d_final_mass is None else d_final_mass
-        for j in range(n - 1, 0, -1):
-            decay = tab.chunk_decay(j, n, bool(pad))
-            torch.addcmul(d_read[:, j], d_after[:, j], decay[:, None], out=d_after[:, j - 1])
-            torch.addcmul(d_mass_read[:, j], d_mass_after[:, j], decay, out=d_mass_after[:, j - 1])
-        first = tab.chunk_decay(0, n, bool(pad))
-        d_S0 = torch.addcmul(d_read[:, 0], d_after[:, 0], first[:, None])
-        d_M0 = torch.addcmul(d_mass_read[:, 0], d_mass_after[:, 0], first)
 
-        # write side: scores, masses inside the chunk, state increments
+        if compiled:
+            # the carried states' gradients, last chunk first, and <H_end, dH_end> per chunk for the decay
+            d_after, d_S0, states = protot_c.states_backward(d_read, d_final, tab.decay,
+                                                             tab.chunk_decay(n - 1, n, bool(pad)), before, final)
+        else:
+            d_rho, neg_dm, floored_q_dq, d_after, d_mass_after, d_S0, d_M0, states = _masses_and_states_backward(
+                dq, q, saved, d_read, d_final, d_final_mass, before, final, tab, n, pad)
+
+        # write side: scores, state increments (and, in PyTorch, the masses inside the chunk)
         after3 = d_after.view(N, R, m)
         dv = torch.bmm(A.transpose(1, 2), dO).baddbmm_(to_end, after3)
-        d_to_end = torch.bmm(v3, after3.transpose(1, 2)).view(B, n, C, R).add_(d_mass_after[:, :, None, :])
+        d_to_end = torch.bmm(v3, after3.transpose(1, 2)).view(B, n, C, R)
         if gentle:
             dKf = torch.bmm(dA.transpose(1, 2), Qf)
-            dKf.sub_(torch.matmul(_strictly_lower(C, w).T, neg_dm.mul_(pq)))
+            if not compiled:
+                d_to_end.add_(d_mass_after[:, :, None, :])
+                dKf.sub_(torch.matmul(_strictly_lower(C, w).T, neg_dm.mul_(pq)))
             dw = dKf.mul_(pk)
-        else:
+        elif not compiled:
+            d_to_end.add_(d_mass_after[:, :, None, :])
             dw.sub_(blocks.masses_t(neg_dm))
         dw4 = dw.view(B, n, C, R)
         if pad:
@@ -322,22 +318,65 @@ class ChunkedPrefixMean(torch.autograd.Function):
         # the decay: lag-weighted sum over all (read, write) pairs, from per-position products (module docstring)
         idx = _arange(C, lb)
         d_lb = -((idx + 1) @ (w3 * dw).sum(0))
-        if floored_q_dq is not None:
-            d_lb.index_put_((floored[2],), floored[1].to(lb.dtype) * floored_q_dq, accumulate=True)
         lengths = torch.full((n,), float(C), dtype=lb.dtype, device=lb.device)
         if pad:
             lengths[-1] = C - pad
-        # <H_end, dH_end> per chunk: the state after chunk j is the one before chunk j + 1, the last is final
-        states = torch.empty(n, R, dtype=lb.dtype, device=lb.device)
-        states[:-1] = (before[:, 1:] * d_after[:, :-1]).sum((0, 3)) + (mass_before[:, 1:] * d_mass_after[:, :-1]).sum(0)
-        states[-1] = (final * d_after[:, -1]).sum((0, 2)) + (final_mass * d_mass_after[:, -1]).sum(0)
         d_lb += lengths @ states
+        if compiled:  # the masses' own recurrence, after the pair sums above (which take the state path's dw only)
+            (m_prev,) = saved
+            d_rho, d_M0, d_lb_masses = protot_c.masses_backward(
+                w, dq.view(B, TP, R), q.view(B, TP, R), m_prev, lb, d_final_mass, floor, T, C, dw.view(B, TP, R))
+            d_lb += d_lb_masses
+        elif floored_q_dq is not None:
+            floored = saved[3:]
+            d_lb.index_put_((floored[2],), floored[1].to(lb.dtype) * floored_q_dq, accumulate=True)
 
         def unpad(t: torch.Tensor, width: int) -> torch.Tensor:
             t = t.view(B, TP, width)
             return t[:, :T] if pad else t
 
-        return unpad(dw, R), unpad(dv, m), unpad(d_rho, R), d_lb, d_S0, d_M0, None, None
+        return unpad(dw, R), unpad(dv, m), unpad(d_rho, R), d_lb, d_S0, d_M0, None, None, None
+
+
+def _floored(den: torch.Tensor, floor: float) -> tuple[torch.Tensor, ...]:
+    """Indices of the masses below the floor (few: positions before the first writes), found chunk by chunk so
+    that ``nonzero`` only scans the chunks that have any."""
+    below = den < floor
+    chunks = below.flatten(1).any(1).nonzero().squeeze(1)
+    c, t, k = below[chunks].nonzero(as_tuple=True)
+    return chunks[c], t, k
+
+
+def _masses_and_states_backward(dq, q, saved, d_read, d_final, d_final_mass, before, final, tab, n, pad):
+    """The PyTorch path's reverse over chunks: through ``q = rho / max(M, floor)`` (a floored mass gets no
+    gradient; ``neg_dm`` is minus the masses' gradient), then the carried sums' and masses' gradients, last chunk
+    first, and the per-chunk ``<H_end, dH_end>`` (sums and masses) for the decay."""
+    den, mass_before, final_mass, *floored = saved
+    B = mass_before.shape[0]
+    d_rho = dq / den
+    neg_dm = d_rho * q
+    floored_q_dq = None
+    if floored[0].numel():
+        floored = tuple(floored)
+        floored_q_dq = neg_dm[floored] * den[floored]  # q dq there (den = floor), for the decay's gradient
+        neg_dm[floored] = 0.0
+    d_mass_read = (neg_dm * tab.into).sum(1).neg_().view(B, n, -1)
+    d_after = torch.empty_like(before)  # d_after[:, j]: gradient of the state after chunk j
+    d_mass_after = torch.empty_like(d_mass_read)
+    d_after[:, -1] = 0 if d_final is None else d_final
+    d_mass_after[:, -1] = 0 if d_final_mass is None else d_final_mass
+    for j in range(n - 1, 0, -1):
+        decay = tab.chunk_decay(j, n, bool(pad))
+        torch.addcmul(d_read[:, j], d_after[:, j], decay[:, None], out=d_after[:, j - 1])
+        torch.addcmul(d_mass_read[:, j], d_mass_after[:, j], decay, out=d_mass_after[:, j - 1])
+    first = tab.chunk_decay(0, n, bool(pad))
+    d_S0 = torch.addcmul(d_read[:, 0], d_after[:, 0], first[:, None])
+    d_M0 = torch.addcmul(d_mass_read[:, 0], d_mass_after[:, 0], first)
+    # <H_end, dH_end> per chunk: the state after chunk j is the one before chunk j + 1, the last is final
+    states = torch.empty(n, before.shape[2], dtype=before.dtype, device=before.device)
+    states[:-1] = (before[:, 1:] * d_after[:, :-1]).sum((0, 3)) + (mass_before[:, 1:] * d_mass_after[:, :-1]).sum(0)
+    states[-1] = (final * d_after[:, -1]).sum((0, 2)) + (final_mass * d_mass_after[:, -1]).sum(0)
+    return d_rho, neg_dm, floored_q_dq, d_after, d_mass_after, d_S0, d_M0, states
 
 
 def prefix_mean_chunked(
@@ -349,19 +388,25 @@ def prefix_mean_chunked(
     M0: torch.Tensor,
     floor: float,
     chunk: int = 64,
+    compiled: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The chunk-parallel kernel; same signature and numbers as ``protot_kernels.prefix_mean_recurrent``.
 
-    Half-precision inputs (autocast) are computed in float32 and the output is cast back.
+    Half-precision inputs (autocast) are computed in float32 and the output is cast back. ``compiled``: run the
+    two recurrences as the compiled loops of :mod:`mixers.protot_c` (None: wherever they can run, float32 on a
+    CPU with a C compiler) or in PyTorch (False).
     """
     T = w.shape[1]
     if T == 0:
         return v.new_zeros(v.shape), S0, M0
     work = torch.promote_types(torch.promote_types(w.dtype, v.dtype), torch.float32)
+    inputs = [t.to(work) for t in (w, v, rho, log_beta, S0, M0)]
+    usable = protot_c.usable(*inputs)
+    if compiled and not usable:
+        raise RuntimeError(f"the compiled recurrences cannot run on {work} {w.device.type} tensors here"
+                           + (f" ({protot_c.unavailable_reason()})" if protot_c.unavailable_reason() else ""))
     with torch.autocast(w.device.type, enabled=False):
-        o, S, M = ChunkedPrefixMean.apply(
-            *(t.to(work) for t in (w, v, rho, log_beta, S0, M0)), floor, chunk_length(chunk, T)
-        )
+        o, S, M = ChunkedPrefixMean.apply(*inputs, floor, chunk_length(chunk, T), usable if compiled is None else compiled)
     return o.to(v.dtype), S, M
 
 

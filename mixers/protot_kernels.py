@@ -63,14 +63,16 @@ def prefix_mean_recurrent(
 def chunked_flops(B: int, T: int, R: int, m: int, C: int = DEFAULT_CHUNK, backward: bool = False) -> float:
     """Matmul FLOPs of the chunked algorithm on [B, T] positions in chunks of C: forward, or forward + backward.
 
-    Per position (MACs): forward ``2 R m`` (state increment and read) ``+ 2 C R`` (masses and scores inside the
-    chunk) ``+ C m`` (scores times values); backward ``4 R m + 3 C R + 2 C m``. Elementwise work is not
-    counted. The same count serves every kernel of this algebra (the GLA kernels do the same products), so a
-    kernel's achieved rate against the matmul peak compares like with like.
+    Per position (MACs): forward ``2 R m`` (state increment and read) ``+ C R`` (scores inside the chunk) ``+ C m``
+    (scores times values); backward ``4 R m + 2 C R + 2 C m``. The masses are not counted: the CPU kernel runs
+    them as a recurrence of R multiply-adds per position (:mod:`mixers.protot_c`; its PyTorch fallback spends
+    another ``C R`` each way on them as matmuls), and elementwise work is not counted either. The same count serves
+    every kernel of this algebra (the GLA kernels do the same products), so a kernel's achieved rate against the
+    matmul peak compares like with like.
     """
     tokens = B * -(-T // C) * C
-    forward = 2 * R * m + 2 * C * R + C * m
-    macs = forward + (4 * R * m + 3 * C * R + 2 * C * m if backward else 0)
+    forward = 2 * R * m + C * R + C * m
+    macs = forward + (4 * R * m + 2 * C * R + 2 * C * m if backward else 0)
     return 2.0 * tokens * macs
 
 

@@ -5,10 +5,9 @@ exponential per element. In PyTorch each step is a handful of separate operation
 memory each); as one loop per sequence, with the [D, N] state of one sequence in the L1 cache and the exponentials
 vectorised, the whole scan costs about what reading its inputs costs (docs/cpu_kernels.md).
 
-The source below is compiled once per machine (``cc -O3 -ffast-math -march=native``, about a second) into
-``$MIXBENCH_CACHE/kernels/`` under a name that hashes the source and this CPU's model and flags, and loaded with
-ctypes; torch tensors are passed by pointer (float32, contiguous, time-major). ctypes releases the GIL during a
-call, so sequences (or channel blocks, for a single sequence) run on ``torch.get_num_threads()`` Python threads.
+The source below is compiled once per machine (``cc -O3 -ffast-math -march=native``, about a second, by
+:class:`mixers.compiled.CompiledLibrary`) and loaded with ctypes; torch tensors are passed by pointer (float32,
+contiguous, time-major). ctypes releases the GIL during a call, so sequences (or channel blocks, for a single sequence) run on ``torch.get_num_threads()`` Python threads.
 :func:`available` is False where there is no compiler or the build fails; callers then use the PyTorch scan of
 :mod:`mixers.selective_scan_cpu`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
@@ -24,15 +23,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
 
 import torch
+
+from mixers.compiled import CompiledLibrary, pointer
 
 #: steps between the states the forward pass keeps for the backward pass
 SEGMENT = 32
@@ -282,83 +276,26 @@ void conv_backward(int T, int Bt, int D, int W, const float *restrict x, long xt
 }
 """
 
-_LOCK = threading.Lock()
-_LIB: ctypes.CDLL | None = None
-_FAILED: str | None = None
+def _signatures() -> dict[str, list]:
+    i, p, q = ctypes.c_int, ctypes.c_void_p, ctypes.c_long
+    return {
+        "scan_forward": [i] * 6 + [p] * 13 + [i] * 4,
+        "scan_backward": [i] * 6 + [p] * 20 + [i] * 4,
+        "conv_forward": [i] * 4 + [p, q, q, p, p, p, p, q, q] + [i] * 2,
+        "conv_backward": [i] * 4 + [p, q, q, p, p, p, p, q, q, p, q, q, p, p, p] + [i] * 2,
+    }
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("MIXBENCH_CACHE") or Path.home() / ".cache" / "mixbench").expanduser() / "kernels"
-
-
-def _machine_key() -> str:
-    """This CPU's model and flags: ``-march=native`` code must never run on another CPU sharing the cache."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            lines = [ln for ln in f if ln.startswith(("model name", "flags"))][:2]
-    except OSError:
-        lines = []
-    return "".join(lines)
-
-
-def _build() -> ctypes.CDLL:
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        raise OSError("no C compiler (cc/gcc) on PATH")
-    key = hashlib.sha256((SOURCE + _machine_key() + compiler).encode()).hexdigest()[:16]
-    lib = _cache_dir() / f"selective_scan_{key}.so"
-    if not lib.exists():
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-            src, out = Path(tmp) / "scan.c", Path(tmp) / "scan.so"
-            src.write_text(SOURCE)
-            cmd = [compiler, "-O3", "-ffast-math", "-march=native", "-fPIC", "-shared", str(src), "-o", str(out),
-                   "-lmvec", "-lm"]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-            if done.returncode != 0:  # no libmvec: scalar exponentials, still one loop
-                cmd.remove("-lmvec")
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-            if done.returncode != 0:
-                raise OSError(f"building the selective-scan kernel failed: {done.stderr.strip()[:300]}")
-            os.replace(out, lib)  # atomic: concurrent builders never load a half-written file
-    handle = ctypes.CDLL(str(lib))
-    i, p = ctypes.c_int, ctypes.c_void_p
-    handle.scan_forward.argtypes = [i] * 6 + [p] * 13 + [i] * 4
-    handle.scan_backward.argtypes = [i] * 6 + [p] * 20 + [i] * 4
-    q = ctypes.c_long
-    handle.conv_forward.argtypes = [i] * 4 + [p, q, q, p, p, p, p, q, q] + [i] * 2
-    handle.conv_backward.argtypes = [i] * 4 + [p, q, q, p, p, p, p, q, q, p, q, q, p, p, p] + [i] * 2
-    return handle
+_LIBRARY = CompiledLibrary("selective_scan", SOURCE, _signatures(), flags=["-ffast-math"])
 
 
 def available() -> bool:
     """Whether the compiled kernel can be used here (builds it on the first call)."""
-    return _library() is not None
+    return _LIBRARY.get() is not None
 
 
 def unavailable_reason() -> str | None:
-    _library()
-    return _FAILED
-
-
-def _library() -> ctypes.CDLL | None:
-    global _LIB, _FAILED
-    if _LIB is not None or _FAILED is not None:
-        return _LIB
-    with _LOCK:
-        if _LIB is None and _FAILED is None:
-            try:
-                _LIB = _build()
-            except (OSError, subprocess.SubprocessError) as exc:
-                _FAILED = str(exc)
-    return _LIB
-
-
-def _ptr(t: torch.Tensor | None) -> int | None:
-    if t is None:
-        return None
-    assert t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"
-    return t.data_ptr()
+    return _LIBRARY.unavailable_reason()
 
 
 def _rows(t: torch.Tensor) -> tuple[int, int]:
@@ -400,7 +337,7 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0):
     checkpoints and ``C . h + Dv u``), with
     ``dt = softplus(delta + bias)``; every input float32, contiguous, time-major (``z`` may be the first columns
     of a wider tensor, see :func:`_rows`)."""
-    lib = _library()
+    lib = _LIBRARY.get()
     T, Bt, D = u.shape
     N = A.shape[1]
     out, y_skip = torch.empty_like(u), torch.empty_like(u)
@@ -408,8 +345,8 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0):
     ck = u.new_empty(-(-T // SEGMENT), Bt, N, D)
     AT = A.t().contiguous()
     z_ptr, ldz = _rows(z)
-    args = (T, Bt, D, N, SEGMENT, ldz, _ptr(u), _ptr(delta), _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), _ptr(Dv),
-            z_ptr, _ptr(h0), _ptr(out), _ptr(y_skip), _ptr(h_last), _ptr(ck))
+    args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C), pointer(Dv),
+            z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
     _run([lambda blk=blk: lib.scan_forward(*args, *blk) for blk in _work_split(Bt, D)])
     return out, h_last, (ck, y_skip)
 
@@ -418,7 +355,7 @@ def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
     """Gradients of u, delta, bias, A, B, C, Dv, z and the initial state; ``saved`` is what :func:`forward`
     returned third (the checkpoints and the ungated outputs)."""
     ck, y_skip = saved
-    lib = _library()
+    lib = _LIBRARY.get()
     T, Bt, D = u.shape
     N = A.shape[1]
     blocks = _work_split(Bt, D)
@@ -433,9 +370,9 @@ def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
     z_ptr, ldz = _rows(z)
     calls = []
     for blk, db, dc in zip(blocks, dB, dC):
-        args = (T, Bt, D, N, SEGMENT, ldz, _ptr(u), _ptr(delta), _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), _ptr(Dv),
-                z_ptr, _ptr(ck), _ptr(y_skip), _ptr(d_out), _ptr(g_last), _ptr(d_u), _ptr(d_delta), _ptr(d_z), _ptr(dAT_part),
-                _ptr(dD_part), _ptr(db), _ptr(dc), _ptr(d_h0))
+        args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C), pointer(Dv),
+                z_ptr, pointer(ck), pointer(y_skip), pointer(d_out), pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z), pointer(dAT_part),
+                pointer(dD_part), pointer(db), pointer(dc), pointer(d_h0))
         calls.append(lambda args=args, blk=blk: lib.scan_backward(*args, *blk))
     _run(calls)
     return (d_u, d_delta, d_delta.sum((0, 1)), dAT_part.sum(0).t(), sum(dB[1:], dB[0]), sum(dC[1:], dC[0]),
@@ -466,12 +403,12 @@ def conv_forward(x, weight, bias, hist, out=None):
     :data:`SOURCE`; ``x.transpose(0, 1)`` of a batch-major tensor works), ``weight`` [D, 1, W] (a Conv1d's),
     ``bias`` [D] or None, ``hist`` [Bt, D, W] (the last W inputs) or None. The result is time-major [T, Bt, D],
     or written into ``out`` (indexed [T, Bt, D], e.g. a transposed batch-major buffer)."""
-    lib = _library()
+    lib = _LIBRARY.get()
     T, Bt, D = x.shape
     W = weight.shape[-1]
     wT, bias_f = _conv_params(weight, bias)
     out = x.new_empty(T, Bt, D) if out is None else out
-    args = (T, Bt, D, W, *_time_batch(x), _ptr(wT), _ptr(bias_f), _ptr(hist), *_time_batch(out))
+    args = (T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist), *_time_batch(out))
     _run([lambda blk=blk: lib.conv_forward(*args, *blk) for blk in _batch_split(Bt)])
     return out
 
@@ -479,7 +416,7 @@ def conv_forward(x, weight, bias, hist, out=None):
 def conv_backward(x, weight, bias, hist, d_out, d_x=None):
     """Gradients of ``x`` (time-major, or written into ``d_x``), the weight [D, 1, W], the bias and the history of
     :func:`conv_forward`; ``d_out`` indexed [T, Bt, D] with any strides over time and batch."""
-    lib = _library()
+    lib = _LIBRARY.get()
     T, Bt, D = x.shape
     W = weight.shape[-1]
     wT, bias_f = _conv_params(weight, bias)
@@ -490,8 +427,8 @@ def conv_backward(x, weight, bias, hist, d_out, d_x=None):
     d_bias = [x.new_zeros(D) for _ in blocks]
     calls = []
     for blk, dw, db in zip(blocks, d_wT, d_bias):
-        args = (T, Bt, D, W, *_time_batch(x), _ptr(wT), _ptr(bias_f), _ptr(hist), *_time_batch(d_out),
-                *_time_batch(d_x), _ptr(d_hist), _ptr(dw), _ptr(db) if bias is not None else None)
+        args = (T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist), *_time_batch(d_out),
+                *_time_batch(d_x), pointer(d_hist), pointer(dw), pointer(db) if bias is not None else None)
         calls.append(lambda args=args, blk=blk: lib.conv_backward(*args, *blk))
     _run(calls)
     d_w = sum(d_wT[1:], d_wT[0]).t().reshape(D, 1, W)

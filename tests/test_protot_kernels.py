@@ -6,12 +6,15 @@ comparison is max |a - b| / max |b| per tensor, outputs <= 1e-5 and gradients <=
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness.mixer import KernelBenchmark
-from mixers import parity, protot_chunked
+from mixers import parity, protot_c, protot_chunked
+from mixers import protot as protot_layer
 from mixers.protot import ProtoT, ProtoTConfig
 from mixers.protot_chunked import exp_budget, is_gentle, prefix_mean_chunked
 from mixers.protot_gla import decayed_cumsum, gla_inputs, gla_recurrent, prefix_mean_gla
@@ -60,37 +63,98 @@ def assert_matches_reference(kernel, inputs, decay_grad_tol: float = 1e-4, **kwa
         assert torch.isfinite(a).all() and rel(a, b) <= tol, (name, rel(a, b))
 
 
+@pytest.fixture(params=["compiled", "pytorch"])
+def chunked(request):
+    """The chunked kernel both ways it runs its recurrences in fp32 on a CPU: compiled C loops
+    (mixers/protot_c.py) and, where no compiler is found, PyTorch."""
+    if request.param == "compiled" and not protot_c.usable(torch.zeros(1)):
+        pytest.skip(f"the compiled recurrences do not build here: {protot_c.unavailable_reason()}")
+    return functools.partial(prefix_mean_chunked, compiled=request.param == "compiled")
+
+
 @pytest.mark.parametrize("T", [1, 7, 63, 64, 65, 256])
 @pytest.mark.parametrize("betas", BETAS.values(), ids=BETAS.keys())
-def test_chunked_equals_the_definition(T, betas):
-    assert_matches_reference(prefix_mean_chunked, make_inputs(2, T, 4, 5, betas, seed=T))
+def test_chunked_equals_the_definition(T, betas, chunked):
+    assert_matches_reference(chunked, make_inputs(2, T, 4, 5, betas, seed=T))
 
 
 @pytest.mark.parametrize("betas", [BETAS["spread"], BETAS["steep"]], ids=["spread", "steep"])
-def test_chunked_equals_the_definition_at_2048_positions(betas):
-    assert_matches_reference(prefix_mean_chunked, make_inputs(1, 2048, 4, 3, betas, seed=1))
+def test_chunked_equals_the_definition_at_2048_positions(betas, chunked):
+    assert_matches_reference(chunked, make_inputs(1, 2048, 4, 3, betas, seed=1))
 
 
 @pytest.mark.parametrize("chunk", [16, 64])
-def test_chunked_at_the_layers_shape_and_other_chunks(chunk):
+def test_chunked_at_the_layers_shape_and_other_chunks(chunk, chunked):
     """32 channels (the budget depends on R) and a chunk that is not the default."""
     betas = torch.linspace(0.05, 0.99, 32).tolist()
-    assert_matches_reference(prefix_mean_chunked, make_inputs(1, 150, 32, 8, betas, seed=3), chunk=chunk)
+    assert_matches_reference(chunked, make_inputs(1, 150, 32, 8, betas, seed=3), chunk=chunk)
 
 
-def test_chunked_continues_a_prefill_from_its_state():
+def test_chunked_continues_a_prefill_from_its_state(chunked):
     """Two calls, the second from the first one's final state, equal one call (outputs, states and gradients)."""
     w, v, rho, lb, S0, M0 = make_inputs(2, 130, 4, 5, BETAS["spread"], seed=5)
 
     def two_calls(w, v, rho, lb, S0, M0, floor):
-        o1, S1, M1 = prefix_mean_chunked(w[:, :57], v[:, :57], rho[:, :57], lb, S0, M0, floor)
-        o2, S2, M2 = prefix_mean_chunked(w[:, 57:], v[:, 57:], rho[:, 57:], lb, S1, M1, floor)
+        o1, S1, M1 = chunked(w[:, :57], v[:, :57], rho[:, :57], lb, S0, M0, floor)
+        o2, S2, M2 = chunked(w[:, 57:], v[:, 57:], rho[:, 57:], lb, S1, M1, floor)
         return torch.cat([o1, o2], 1), S2, M2
 
     assert_matches_reference(two_calls, (w, v, rho, lb, S0, M0))
 
 
-def test_floored_masses_and_masked_channels():
+def long_memory_inputs():
+    """What a ProtoT layer with decays near 0.999 feeds its kernel over 2048 positions (captured)."""
+    torch.manual_seed(2048)
+    layer = ProtoT(ProtoTConfig(n_prototypes=8), 32, layer_idx=2, n_layers=4)
+    with torch.no_grad():
+        layer.beta_logit.copy_(torch.logit(torch.full((8,), 0.999)) + torch.randn(8) * 0.01)
+    captured = []
+    real = protot_layer.KERNELS["recurrent"]
+    protot_layer.KERNELS["recurrent"] = lambda *args, **kw: captured.append(args[:6]) or real(*args, **kw)
+    try:
+        layer.set_kernel("recurrent")
+        with torch.no_grad():
+            layer(torch.randn(2, 2048, 32))
+    finally:
+        protot_layer.KERNELS["recurrent"] = real
+    return tuple(t.detach() for t in captured[0])
+
+
+def test_long_memory_keeps_the_chunked_products_accuracy(chunked):
+    """Decays near 0.999 over 2048 positions: a sequential fp32 sum over ~1000 effective positions loses digits
+    (the fp32 definition is off by ~1e-5 in the final masses and the decay's gradient here); the chunked products
+    and the compiled loops (which carry the masses in double) stay within 4e-6."""
+    inputs = long_memory_inputs()
+    ref_out, ref_grad = outputs_and_grads(prefix_mean_recurrent, inputs, torch.float64)
+    fp32_out, fp32_grad = outputs_and_grads(prefix_mean_recurrent, inputs)
+    assert rel(fp32_out[2], ref_out[2]) > 4e-6 or rel(fp32_grad[3], ref_grad[3]) > 4e-6  # the case discriminates
+    out, grad = outputs_and_grads(chunked, inputs)
+    for name, a, b in zip(("o", "S_T", "M_T", "w", "v", "rho", "log_beta", "S0", "M0"), out + grad, ref_out + ref_grad):
+        assert rel(a, b) <= 4e-6, (name, rel(a, b))
+
+
+@pytest.mark.parametrize("used", ["output", "state"])
+def test_chunked_with_only_some_outputs_used(used, chunked):
+    """Backward with the output's gradient only (a training step) or the final state's only (a carried state):
+    the other gradients arrive as None."""
+    inputs = make_inputs(2, 100, 4, 5, BETAS["spread"], seed=11)
+    ref_grads = outputs_and_grads(lambda *a, **k: kernel_of(prefix_mean_recurrent, used, *a, **k), inputs,
+                                  torch.float64)[1]
+    grads = outputs_and_grads(lambda *a, **k: kernel_of(chunked, used, *a, **k), inputs)[1]
+    for name, a, b in zip(("w", "v", "rho", "log_beta", "S0", "M0"), grads, ref_grads):
+        if b is None:  # rho does not reach the final state
+            assert a is None or not a.any(), name
+        else:
+            assert rel(a, b) <= 1e-4, (name, rel(a, b))
+
+
+def kernel_of(kernel, used, *args, **kwargs):
+    """``kernel`` with only its output (``used="output"``) or only its final state differentiable."""
+    o, S, M = kernel(*args, **kwargs)
+    return (o, S.detach(), M.detach()) if used == "output" else (o.detach(), S, M)
+
+
+def test_floored_masses_and_masked_channels(chunked):
     """Writes far below the mass floor for a stretch (reads divide by the floor there), a channel nobody writes
     (a write mask: pi = 0) and one nobody reads (a read mask: rho = 0); masks reach the kernel as zeros."""
     w, v, rho, lb, S0, M0 = make_inputs(2, 160, 4, 5, BETAS["spread"], seed=7)
@@ -99,7 +163,7 @@ def test_floored_masses_and_masked_channels():
     rho[:, :, 3] = 0.0  # read-masked
     rho = rho / rho.sum(-1, keepdim=True)
     zero_state = (torch.zeros_like(S0), torch.zeros_like(M0))
-    for kernel in (prefix_mean_chunked, prefix_mean_gla):
+    for kernel in (chunked, prefix_mean_gla):
         assert_matches_reference(kernel, (w, v, rho, lb, *zero_state))
 
 
@@ -127,7 +191,7 @@ def test_layer_kernels_equal_the_reference_with_interventions(kernel, layer_idx)
         assert all(rel(a, b) <= 1e-4 for a, b in zip(got[1:], want[1:]))
 
 
-def test_every_power_of_beta_stays_within_the_budget(monkeypatch):
+def test_every_power_of_beta_stays_within_the_budget(monkeypatch, chunked):
     """No table of powers the chunked kernel builds exceeds e^budget (a power > 1 comes from a negative
     exponent), for decays from 1e-9 to 1 - 1e-6: nothing is ever divided by a power that can underflow."""
     R = 4
@@ -141,12 +205,12 @@ def test_every_power_of_beta_stays_within_the_budget(monkeypatch):
 
     monkeypatch.setattr(protot_chunked, "_powers", recording)
     for betas in BETAS.values():
-        assert_matches_reference(prefix_mean_chunked, make_inputs(1, 200, R, 3, betas))
+        assert_matches_reference(chunked, make_inputs(1, 200, R, 3, betas))
     assert largest and max(largest) <= torch.exp(torch.tensor(exp_budget(torch.float32, FLOOR, 2, R))).item()
 
 
 @pytest.mark.parametrize("C", [16, 64])
-def test_factorised_products_stay_finite_at_the_edge_of_their_budget(C):
+def test_factorised_products_stay_finite_at_the_edge_of_their_budget(C, chunked):
     """Decays just gentle enough for the factorised products, read weights near their maximum (1 / floor), and
     just too steep (the split path): both exact. With reads of 1e4 on every channel the decay's gradient is a
     sum of pair terms ~3000x larger than itself (the fp32 definition is off by 1e-5 there), so it gets 1e-3."""
@@ -159,7 +223,7 @@ def test_factorised_products_stay_finite_at_the_edge_of_their_budget(C):
         w[:, ::5] = 1e-3  # sparse, tiny writes keep the mass near the floor, so read weights approach 1e6
         v, rho = torch.randn(B, T, m), torch.full((B, T, R), 1.0 / R)
         inputs = (w, v, rho, lb, torch.zeros(B, R, m), torch.zeros(B, R))
-        assert_matches_reference(prefix_mean_chunked, inputs, decay_grad_tol=1e-3, chunk=C)
+        assert_matches_reference(chunked, inputs, decay_grad_tol=1e-3, chunk=C)
 
 
 def test_decayed_cumsum_over_three_levels():
@@ -214,8 +278,9 @@ def test_gla_inputs_follow_the_mapping():
     assert torch.allclose(final_mass, M, rtol=1e-6)
 
 
-def test_flop_model_counts_the_kernels_matmuls():
-    """``chunked_flops`` against torch's own FLOP counter on one forward + backward (gentle decays)."""
+def test_flop_model_counts_the_kernels_matmuls(chunked):
+    """``chunked_flops`` against torch's own FLOP counter on one forward + backward (gentle decays). The PyTorch
+    recurrences also run the masses inside a chunk as two C x C products, which the model leaves out."""
     B, T, R, m = 2, 256, 8, 16
     inputs = make_inputs(B, T, R, m, [0.9] * R)
 
@@ -223,9 +288,11 @@ def test_flop_model_counts_the_kernels_matmuls():
         return 2 * a_shape[0] * a_shape[1] * a_shape[2] * b_shape[2]
 
     with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: in_place_baddbmm}) as counter:
-        outputs_and_grads(prefix_mean_chunked, inputs, chunk=64)
+        outputs_and_grads(chunked, inputs, chunk=64)
     counts = counter.get_flop_counts()["Global"]
-    assert counts[torch.ops.aten.bmm] + counts[torch.ops.aten.baddbmm_] == chunked_flops(B, T, R, m, 64, backward=True)
+    mass_products = 0 if chunked.keywords["compiled"] else 2 * (2 * B * T * 64 * R)
+    assert counts[torch.ops.aten.bmm] + counts[torch.ops.aten.baddbmm_] == (
+        chunked_flops(B, T, R, m, 64, backward=True) + mass_products)
 
 
 def test_kernel_benchmark_hook():
