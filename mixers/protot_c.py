@@ -41,11 +41,16 @@ SOURCE = r"""
 #endif
 #define KB 16 /* channels per work item of the mass loops */
 
-/* w, rho: [B, T, R]; q, m_prev: [B, TP, R] (TP >= T; rows T.. are written as zeros); lb: [R]; m0, m_last: [B, R].
-   m_prev[t] = M_{t-1} (unclamped), q[t] = rho[t] / max(M_{t-1}, floor). */
-void masses_forward(int B, int T, int TP, int R, const float *w, const float *rho, const float *lb,
-                    const float *m0, float floor_, float *q, float *m_prev, float *m_last) {
+/* w, rho: [B, T, R]; q, m_prev and the four factored tensors: [B, TP, R] (TP >= T; rows T.. are written as
+   zeros); lb: [R]; m0, m_last: [B, R]; tables [C, R] (pq, pk NULL on the steep path: kf, qf are not written).
+   m_prev[t] = M_{t-1} (unclamped), q[t] = rho[t] / max(M_{t-1}, floor); with s = t mod C: kf = w pk[s],
+   w_end = w to_end[s] (last_to_end in the last chunk), qf = q pq[s], q_into = q into[s]. */
+void masses_forward(int B, int T, int TP, int R, int C, const float *w, const float *rho, const float *lb,
+                    const float *m0, const float *pq, const float *pk, const float *into, const float *to_end,
+                    const float *last_to_end, float floor_, float *q, float *m_prev, float *m_last, float *kf,
+                    float *w_end, float *qf, float *q_into) {
     int nkb = (R + KB - 1) / KB;
+    int last_start = ((T - 1) / C) * C;
     #pragma omp parallel
     {
         FLUSH_BEGIN
@@ -56,34 +61,51 @@ void masses_forward(int B, int T, int TP, int R, const float *w, const float *rh
                 double beta[KB], M[KB];
                 for (int i = 0; i < W; i++) { beta[i] = exp((double)lb[k0 + i]); M[i] = m0[(long)b * R + k0 + i]; }
                 const float *wb = w + (long)b * T * R + k0, *rb = rho + (long)b * T * R + k0;
-                float *qb = q + (long)b * TP * R + k0, *pb = m_prev + (long)b * TP * R + k0;
+                long ob = (long)b * TP * R + k0;
                 for (int t = 0; t < T; t++) {
-                    long o = (long)t * R;
+                    long o = (long)t * R, x = ob + o, tab = (long)(t % C) * R + k0;
+                    const float *te = t >= last_start ? last_to_end : to_end;
+                    #pragma omp simd
                     for (int i = 0; i < W; i++) {
                         double m = M[i];
-                        pb[o + i] = (float)m;
-                        qb[o + i] = (float)(rb[o + i] / (m < floor_ ? (double)floor_ : m));
-                        M[i] = beta[i] * m + wb[o + i];
+                        float wk = wb[o + i], qk = (float)(rb[o + i] / (m < floor_ ? (double)floor_ : m));
+                        m_prev[x + i] = (float)m;
+                        q[x + i] = qk;
+                        q_into[x + i] = qk * into[tab + i];
+                        w_end[x + i] = wk * te[tab + i];
+                        if (pq) { qf[x + i] = qk * pq[tab + i]; kf[x + i] = wk * pk[tab + i]; }
+                        M[i] = beta[i] * m + wk;
                     }
                 }
                 for (int t = T; t < TP; t++)
-                    for (int i = 0; i < W; i++) { qb[(long)t * R + i] = 0.f; pb[(long)t * R + i] = 0.f; }
+                    for (int i = 0; i < W; i++) {
+                        long x = ob + (long)t * R + i;
+                        q[x] = 0.f; m_prev[x] = 0.f; q_into[x] = 0.f; w_end[x] = 0.f;
+                        if (pq) { qf[x] = 0.f; kf[x] = 0.f; }
+                    }
                 for (int i = 0; i < W; i++) m_last[(long)b * R + k0 + i] = (float)M[i];
             }
         FLUSH_END
     }
 }
 
-/* w, dq, q, m_prev, dw (added to), d_rho: [B, TP, R]; d_mlast (NULL: zero), d_m0, d_lb: [B, R] (per sequence;
-   the caller sums). d_lb is the masses' share of the closed-form decay gradient of mixers/protot_chunked.py, with
-   chunk-local positions s = t mod C: sum_t -(s + 1) w_t g_t + [M_{t-1} < floor] s q_t dq_t, plus, at each chunk's
-   last position, (chunk length) M_t g_t -- not sum_t g_t beta M_{t-1}, which equals it but cancels against the
-   read weights' share of the pair sum (the non-floored q dq terms), losing digits in fp32. */
-void masses_backward(int B, int T, int TP, int R, int C, const float *w, const float *dq, const float *q,
-                     const float *m_prev, const float *lb, const float *d_mlast, float floor_, float *dw,
-                     float *d_rho, float *d_m0, float *d_lb) {
+/* The backward's per-position work after the batched products, in one pass per (sequence, channel block):
+   the read weights' gradient dq = dq_scores * pq + dq_read * into, the writes' gradient through the scores and the
+   state increments dw_state = dw_scores * pk + dw_inc * to_end (last_to_end in the last chunk); on the steep
+   path pq and pk are ones (its scores' gradients already include their decays). Then the masses' reverse pass, adding g_t to dw.
+   All [B, TP, R] except the tables [C, R], d_mlast (NULL: zero), d_m0 and d_lb [B, R] (per sequence; the caller
+   sums). d_lb is the closed-form decay gradient of mixers/protot_chunked.py but for its chunk states' term, with
+   chunk-local positions s = t mod C: sum_t -(s + 1) w_t dw_t + [M_{t-1} < floor] s q_t dq_t, plus at each
+   chunk's last position (chunk length) M_t g_t -- not sum_t g_t beta M_{t-1}, which equals the masses' share
+   but cancels against the read weights' (the non-floored q dq terms), losing digits in fp32. dw may be
+   dw_scores (in place). */
+void masses_backward(int B, int T, int TP, int R, int C, const float *w, const float *dq_scores,
+                     const float *dq_read, const float *dw_scores, const float *dw_inc, const float *pq,
+                     const float *pk, const float *into, const float *to_end, const float *last_to_end,
+                     const float *q, const float *m_prev, const float *lb, const float *d_mlast, float floor_,
+                     float *dw, float *d_rho, float *d_m0, float *d_lb) {
     int nkb = (R + KB - 1) / KB;
-    int last_len = T - ((T - 1) / C) * C;
+    int last_start = ((T - 1) / C) * C, last_len = T - last_start;
     #pragma omp parallel
     {
         FLUSH_BEGIN
@@ -99,15 +121,20 @@ void masses_backward(int B, int T, int TP, int R, int C, const float *w, const f
                 }
                 long base = (long)b * TP * R + k0;
                 for (int t = T - 1; t >= 0; t--) {
-                    long o = base + (long)t * R;
+                    long o = base + (long)t * R, tab = (long)(t % C) * R + k0;
                     int s = t % C;
                     double end_len = t == T - 1 ? last_len : (s == C - 1 ? C : 0);
+                    const float *te = t >= last_start ? last_to_end : to_end;
+                    #pragma omp simd
                     for (int i = 0; i < W; i++) {
-                        double m = m_prev[o + i], wk = w[o + i], gk = g[i], dqk = dq[o + i], qk = q[o + i];
+                        float dqk = dq_scores[o + i] * pq[tab + i] + dq_read[o + i] * into[tab + i];
+                        float dws = dw_scores[o + i] * pk[tab + i] + dw_inc[o + i] * te[tab + i];
+                        double m = m_prev[o + i], wk = w[o + i], gk = g[i], qk = q[o + i];
                         int open = m >= floor_;
                         double dr = dqk / (open ? m : (double)floor_);
-                        acc[i] += -(s + 1) * wk * gk + (open ? 0.0 : s * qk * dqk) + end_len * (beta[i] * m + wk) * gk;
-                        dw[o + i] += (float)gk;
+                        acc[i] += -(s + 1) * wk * (dws + gk) + (open ? 0.0 : s * qk * dqk)
+                                  + end_len * (beta[i] * m + wk) * gk;
+                        dw[o + i] = (float)(dws + gk);
                         d_rho[o + i] = (float)dr;
                         g[i] = beta[i] * gk - (open ? dr * qk : 0.0);
                     }
@@ -195,14 +222,15 @@ void states_backward(int B, int n, int R, int m, const float *d_read, const floa
 def _signatures() -> dict[str, list]:
     i, p, f = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
     return {
-        "masses_forward": [i] * 4 + [p] * 4 + [f] + [p] * 3,
-        "masses_backward": [i] * 5 + [p] * 6 + [f] + [p] * 4,
+        "masses_forward": [i] * 5 + [p] * 9 + [f] + [p] * 7,
+        "masses_backward": [i] * 5 + [p] * 14 + [f] + [p] * 4,
         "states_forward": [i] * 4 + [p] * 6,
         "states_backward": [i] * 4 + [p] * 9,
     }
 
 
-_LIBRARY = CompiledLibrary("protot_recurrences", SOURCE, _signatures(), flags=["-fno-math-errno"], openmp=True)
+_LIBRARY = CompiledLibrary("protot_recurrences", SOURCE, _signatures(), flags=["-fno-math-errno", "-fno-trapping-math"],
+                           openmp=True)
 
 
 def usable(*tensors: torch.Tensor) -> bool:
@@ -214,41 +242,53 @@ def unavailable_reason() -> str | None:
     return _LIBRARY.unavailable_reason()
 
 
-def _c(t: torch.Tensor | None) -> torch.Tensor | None:
-    return None if t is None else t.contiguous()
+def _call(function: str, sizes: tuple[int, ...], tensors: tuple, floor: float | None = None, n_before: int = 0):
+    """Call a C function with ``sizes`` (ints), then the tensors' pointers (each made contiguous float32 first,
+    None as NULL; ``floor``, when given, goes after the first ``n_before`` of them). The contiguous copies are
+    held here until the call returns, so no pointer outlives its tensor."""
+    held = [None if t is None else t.contiguous() for t in tensors]
+    pointers = [pointer(t) for t in held]
+    extra = [] if floor is None else [floor]
+    getattr(_LIBRARY.get(), function)(*sizes, *pointers[:n_before], *extra, *pointers[n_before:])
 
 
-def masses_forward(w, rho, log_beta, M0, floor: float, padded_length: int):
-    """(q, m_prev, M_T): read weights and the masses read at every position, both [B, padded_length, R] with zero
-    rows past T, and the mass after the last position [B, R]."""
+def masses_forward(w, rho, log_beta, M0, floor: float, padded_length: int, C: int, tables):
+    """Read weights and masses at every position, with the factored tensors the batched products take, from one
+    pass (see the C source): (q, m_prev, M_T, Kf, w_end, Qf, q_into), all [B, padded_length, R] with zero rows
+    past T but M_T [B, R] (the mass after the last position); ``tables`` are (pq, pk, into, to_end, last_to_end),
+    each [C, R] (pq, pk None on the steep path: Kf, Qf None)."""
     B, T, R = w.shape
-    w, rho, log_beta, M0 = _c(w), _c(rho), _c(log_beta), _c(M0)
-    q, m_prev = w.new_empty(B, padded_length, R), w.new_empty(B, padded_length, R)
+    q, m_prev, w_end, q_into = (w.new_empty(B, padded_length, R) for _ in range(4))
+    kf, qf = (w.new_empty(B, padded_length, R) if tables[0] is not None else None for _ in range(2))
     m_last = w.new_empty(B, R)
-    _LIBRARY.get().masses_forward(B, T, padded_length, R, *map(pointer, (w, rho, log_beta, M0)), floor,
-                                  *map(pointer, (q, m_prev, m_last)))
-    return q, m_prev, m_last
+    _call("masses_forward", (B, T, padded_length, R, C), (w, rho, log_beta, M0, *tables, q, m_prev, m_last, kf,
+                                                           w_end, qf, q_into), floor, 9)
+    return q, m_prev, m_last, kf, w_end, qf, q_into
 
 
-def masses_backward(w, dq, q, m_prev, log_beta, d_M_last, floor: float, T: int, C: int, dw):
-    """Adds the masses' share to ``dw`` (in place, [B, TP, R]) and returns (d_rho, d_M0, d_log_beta): the last is
-    the masses' share of the closed-form decay gradient (see the C source), summed over sequences."""
+def masses_backward(w, dq_scores, dq_read, dw_scores, dw_inc, tables, q, m_prev, log_beta, d_M_last,
+                    floor: float, T: int, C: int):
+    """(dw, d_rho, d_M0, d_log_beta) from the backward's batched products (see the C source): ``tables`` are
+    (pq, pk, into, to_end, last_to_end), each [C, R] (pq, pk None on the steep path: ones). ``dw`` is written into
+    ``dw_scores`` (contiguous); ``d_log_beta`` is the decay's gradient but for the chunk states' term, summed over
+    sequences."""
     B, TP, R = q.shape
-    dq, d_M_last = _c(dq), _c(d_M_last)
-    assert dw.is_contiguous()
+    assert dw_scores.is_contiguous() and dw_scores.shape == q.shape
     d_rho = torch.empty_like(q)
     d_M0, d_lb = q.new_empty(B, R), q.new_empty(B, R)
-    _LIBRARY.get().masses_backward(B, T, TP, R, C, *map(pointer, (_c(w), dq, q, m_prev, _c(log_beta), d_M_last)),
-                                   floor, *map(pointer, (dw, d_rho, d_M0, d_lb)))
-    return d_rho, d_M0, d_lb.sum(0)
+    if tables[0] is None:
+        ones = q.new_ones(tables[2].shape)
+        tables = (ones, ones, *tables[2:])
+    inputs = (w, dq_scores, dq_read, dw_scores, dw_inc, *tables, q, m_prev, log_beta, d_M_last)
+    _call("masses_backward", (B, T, TP, R, C), (*inputs, dw_scores, d_rho, d_M0, d_lb), floor, len(inputs))
+    return dw_scores, d_rho, d_M0, d_lb.sum(0)
 
 
 def states_forward(inc, S0, decay, last_decay):
     """(before, final): the state entering every chunk [B, n, R, m] and the state after the last one [B, R, m]."""
     B, n, R, m = inc.shape
     before, final = inc.new_empty(B, n, R, m), inc.new_empty(B, R, m)
-    _LIBRARY.get().states_forward(B, n, R, m, *map(pointer, (_c(inc), _c(S0), _c(decay), _c(last_decay))),
-                                  pointer(before), pointer(final))
+    _call("states_forward", (B, n, R, m), (inc, S0, decay, last_decay, before, final))
     return before, final
 
 
@@ -258,6 +298,5 @@ def states_backward(d_read, d_final, decay, last_decay, before, final):
     B, n, R, m = before.shape
     d_after, d_S0 = torch.empty_like(before), torch.empty_like(final)
     dots = before.new_empty(B, n, R)
-    _LIBRARY.get().states_backward(B, n, R, m, *map(pointer, (_c(d_read), _c(d_final), _c(decay), _c(last_decay))),
-                                   *map(pointer, (before, final, d_after, d_S0, dots)))
+    _call("states_backward", (B, n, R, m), (d_read, d_final, decay, last_decay, before, final, d_after, d_S0, dots))
     return d_after, d_S0, dots.sum(0)

@@ -197,23 +197,27 @@ class ChunkedPrefixMean(torch.autograd.Function):
         n = -(-T // C)
         pad = n * C - T
         lb = log_beta.detach()
-        if compiled:  # the masses and read weights straight from the recurrence, over the unpadded positions
-            q, m_prev, final_mass = protot_c.masses_forward(w, rho, lb, M0, floor, n * C)
-        if pad:  # zero writes and reads on the padded tail; the final state is taken at T (``_Tables.last_*``)
-            w, v = F.pad(w, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
-            rho = rho if compiled else F.pad(rho, (0, 0, 0, pad))
         N = B * n
         tab = _Tables(lb, C, C - pad)
         blocks = _Blocks(lb, floor)
         gentle = blocks.gentle(C)
-        w3, v3 = w.view(N, C, R), v.view(N, C, m)
         pq, pk = _mid(C, lb) if gentle else (None, None)
-        Kf = w3 * pk if gentle else None
+        if compiled:  # masses and read weights from the recurrence, with every factored tensor, in one C pass
+            q, m_prev, final_mass, Kf, to_end, Qf, q_into = protot_c.masses_forward(
+                w, rho, lb, M0, floor, n * C, C, (pq, pk, tab.into, tab.to_end, tab.last_to_end))
+            q, to_end, q_into = q.view(N, C, R), to_end.view(N, C, R), q_into.view(N, C, R)
+            Kf, Qf = (t.view(N, C, R) if gentle else None for t in (Kf, Qf))
+        if pad:  # zero writes and reads on the padded tail; the final state is taken at T (``_Tables.last_*``)
+            w, v = F.pad(w, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
+            rho = rho if compiled else F.pad(rho, (0, 0, 0, pad))
+        w3, v3 = w.view(N, C, R), v.view(N, C, m)
+        if not compiled:
+            Kf = w3 * pk if gentle else None
+            to_end = w3 * tab.to_end
+            if pad:
+                to_end.view(B, n, C, R)[:, -1] = w.view(B, n, C, R)[:, -1] * tab.last_to_end
 
         # the state path: increments, then the carried states (before each chunk; the final one after the last)
-        to_end = w3 * tab.to_end
-        if pad:
-            to_end.view(B, n, C, R)[:, -1] = w.view(B, n, C, R)[:, -1] * tab.last_to_end
         inc = torch.bmm(to_end.transpose(1, 2), v3).view(B, n, R, m)
         last = tab.chunk_decay(n - 1, n, bool(pad))
         if compiled:
@@ -238,17 +242,12 @@ class ChunkedPrefixMean(torch.autograd.Function):
             floored = _floored(den, floor)
             den.clamp_(min=floor)
             q = rho.view(N, C, R) / den
+            Qf = q * pq if gentle else None
+            q_into = q * tab.into
             saved = (den, mass_before, final_mass, *floored)
 
         # scores A inside the chunk, then the output
-        q = q.view(N, C, R)
-        if gentle:
-            Qf = q * pq
-            A = torch.bmm(Qf, Kf.transpose(1, 2)).tril_(-1)
-        else:
-            Qf = None
-            A = blocks.scores(q, w3)
-        q_into = q * tab.into
+        A = torch.bmm(Qf, Kf.transpose(1, 2)).tril_(-1) if gentle else blocks.scores(q, w3)
         out = torch.bmm(A, v3).baddbmm_(q_into, before.view(N, R, m))
 
         ctx.save_for_backward(w, v, q, Qf, Kf, q_into, A, to_end, before, final, lb, *saved)
@@ -278,64 +277,71 @@ class ChunkedPrefixMean(torch.autograd.Function):
         dO = (F.pad(d_out, (0, 0, 0, pad)) if pad else d_out.contiguous()).view(N, C, m)
         pq, pk = _mid(C, lb) if gentle else (None, None)
 
-        # read side: scores and carried states -> gradient of the read weights q
+        # read side: scores and carried states -> the read weights' gradient, dq = dq_scores pq + dq_read beta^t
         dA = torch.bmm(dO, v3.transpose(1, 2)).tril_(-1)
         if gentle:
-            dq = torch.bmm(dA, Kf).mul_(pq)
+            dq_scores = torch.bmm(dA, Kf)
         else:
-            dq, dw = blocks.scores_t(dA, q, w3)
-        dq.addcmul_(torch.bmm(dO, before.view(N, R, m).transpose(1, 2)), tab.into)
+            dq_scores, dw_scores = blocks.scores_t(dA, q, w3)
+        dq_read = torch.bmm(dO, before.view(N, R, m).transpose(1, 2))
         d_read = torch.bmm(q_into.transpose(1, 2), dO).view(B, n, R, m)
-
         if compiled:
             # the carried states' gradients, last chunk first, and <H_end, dH_end> per chunk for the decay
             d_after, d_S0, states = protot_c.states_backward(d_read, d_final, tab.decay,
                                                              tab.chunk_decay(n - 1, n, bool(pad)), before, final)
         else:
+            dq = dq_scores.mul_(pq) if gentle else dq_scores
+            dq.addcmul_(dq_read, tab.into)
             d_rho, neg_dm, floored_q_dq, d_after, d_mass_after, d_S0, d_M0, states = _masses_and_states_backward(
                 dq, q, saved, d_read, d_final, d_final_mass, before, final, tab, n, pad)
 
-        # write side: scores, state increments (and, in PyTorch, the masses inside the chunk)
+        # write side: scores and state increments -> the writes' gradient, dw = dw_scores pk + d_to_end beta^(C-1-s)
         after3 = d_after.view(N, R, m)
         dv = torch.bmm(A.transpose(1, 2), dO).baddbmm_(to_end, after3)
         d_to_end = torch.bmm(v3, after3.transpose(1, 2)).view(B, n, C, R)
         if gentle:
-            dKf = torch.bmm(dA.transpose(1, 2), Qf)
-            if not compiled:
-                d_to_end.add_(d_mass_after[:, :, None, :])
-                dKf.sub_(torch.matmul(_strictly_lower(C, w).T, neg_dm.mul_(pq)))
-            dw = dKf.mul_(pk)
-        elif not compiled:
-            d_to_end.add_(d_mass_after[:, :, None, :])
-            dw.sub_(blocks.masses_t(neg_dm))
-        dw4 = dw.view(B, n, C, R)
-        if pad:
-            dw4[:, :-1].addcmul_(d_to_end[:, :-1], tab.to_end)
-            dw4[:, -1].addcmul_(d_to_end[:, -1], tab.last_to_end)
-        else:
-            dw4.addcmul_(d_to_end, tab.to_end)
-
-        # the decay: lag-weighted sum over all (read, write) pairs, from per-position products (module docstring)
-        idx = _arange(C, lb)
-        d_lb = -((idx + 1) @ (w3 * dw).sum(0))
+            dw_scores = torch.bmm(dA.transpose(1, 2), Qf)
         lengths = torch.full((n,), float(C), dtype=lb.dtype, device=lb.device)
         if pad:
             lengths[-1] = C - pad
-        d_lb += lengths @ states
-        if compiled:  # the masses' own recurrence, after the pair sums above (which take the state path's dw only)
+        if compiled:  # both sums above, then the masses' reverse pass and the decay's per-position terms, in C
             (m_prev,) = saved
-            d_rho, d_M0, d_lb_masses = protot_c.masses_backward(
-                w, dq.view(B, TP, R), q.view(B, TP, R), m_prev, lb, d_final_mass, floor, T, C, dw.view(B, TP, R))
-            d_lb += d_lb_masses
-        elif floored_q_dq is not None:
-            floored = saved[3:]
-            d_lb.index_put_((floored[2],), floored[1].to(lb.dtype) * floored_q_dq, accumulate=True)
+            tables = (pq, pk, tab.into, tab.to_end, tab.last_to_end)
+            dw, d_rho, d_M0, d_lb = protot_c.masses_backward(
+                w, dq_scores.view(B, TP, R), dq_read.view(B, TP, R), dw_scores.view(B, TP, R),
+                d_to_end.view(B, TP, R), tables, q.view(B, TP, R), m_prev, lb, d_final_mass, floor, T, C)
+            d_lb = d_lb + lengths @ states
+        else:
+            dw = _writes_backward(dw_scores, d_to_end, neg_dm, d_mass_after, pq, pk, tab, blocks, gentle, pad)
+            # the decay: lag-weighted sum over all (read, write) pairs, from per-position products (module docstring)
+            d_lb = -((_arange(C, lb) + 1) @ (w3 * dw).sum(0)) + lengths @ states
+            if floored_q_dq is not None:
+                floored = saved[3:]
+                d_lb.index_put_((floored[2],), floored[1].to(lb.dtype) * floored_q_dq, accumulate=True)
 
         def unpad(t: torch.Tensor, width: int) -> torch.Tensor:
             t = t.view(B, TP, width)
             return t[:, :T] if pad else t
 
         return unpad(dw, R), unpad(dv, m), unpad(d_rho, R), d_lb, d_S0, d_M0, None, None, None
+
+
+def _writes_backward(dw_scores, d_to_end, neg_dm, d_mass_after, pq, pk, tab, blocks, gentle, pad):
+    """The PyTorch path's gradient of the writes: through the scores, the masses inside the chunk (``neg_dm``,
+    minus their gradient) and the increments of the carried sums and masses."""
+    B, n, C, R = d_to_end.shape
+    d_to_end.add_(d_mass_after[:, :, None, :])
+    if gentle:
+        dw = dw_scores.sub_(torch.matmul(_strictly_lower(C, dw_scores).T, neg_dm.mul_(pq))).mul_(pk)
+    else:
+        dw = dw_scores.sub_(blocks.masses_t(neg_dm))
+    dw4 = dw.view(B, n, C, R)
+    if pad:
+        dw4[:, :-1].addcmul_(d_to_end[:, :-1], tab.to_end)
+        dw4[:, -1].addcmul_(d_to_end[:, -1], tab.last_to_end)
+    else:
+        dw4.addcmul_(d_to_end, tab.to_end)
+    return dw
 
 
 def _floored(den: torch.Tensor, floor: float) -> tuple[torch.Tensor, ...]:
