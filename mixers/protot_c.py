@@ -1,7 +1,10 @@
 """The two recurrences of ProtoT's chunked CPU kernel as compiled C loops: the masses and the carried states.
 
 :mod:`mixers.protot_chunked` does the heavy work in batched matmuls; what is left are two scans that PyTorch can
-only run as one small operation per step (docs/protot_kernels.md, "Compiled recurrences"):
+only run as one small operation per step (docs/protot_kernels.md, "Compiled recurrences"). The masses' pass also
+does the per-position work around the products that reads the same elements: forward, the factored tensors
+(``w`` and ``q`` times their decay tables); backward, the read and write gradients assembled from the products'
+outputs and the decay's per-position terms.
 
 * **masses**, per sequence and channel, over every position: ``M_t = beta M_{t-1} + w_t``, read strictly before
   each write as ``q_t = rho_t / max(M_{t-1}, floor)``. This is the definition itself, one multiply-add per
