@@ -24,6 +24,11 @@ decay's gradient in closed form from per-position products with chunk-local posi
 ``d log beta_k = sum_t t [q dq]_(M < floor) - sum_s (s + 1) w dw + sum_chunks C <H_end, dH_end>`` -- the
 lag-weighted sum over every (read, write) pair without forming the pairs (where the mass is not floored, the
 read weight's and the mass's dependence on the decay cancel, which is why only floored reads appear).
+
+On a CPU with a C compiler (float32), the two recurrences -- the masses, position by position, and the loop over
+chunks that carries the states -- run as compiled loops (:mod:`mixers.protot_c`), which also form the factored
+tensors and assemble the per-position gradients; the masses then need no products and no power of beta.
+Elsewhere (no compiler, float64, CUDA) they run in PyTorch as described above; both give the same numbers.
 """
 
 from __future__ import annotations

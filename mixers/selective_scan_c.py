@@ -7,7 +7,8 @@ vectorised, the whole scan costs about what reading its inputs costs (docs/cpu_k
 
 The source below is compiled once per machine (``cc -O3 -ffast-math -march=native``, about a second, by
 :class:`mixers.compiled.CompiledLibrary`) and loaded with ctypes; torch tensors are passed by pointer (float32,
-contiguous, time-major). ctypes releases the GIL during a call, so sequences (or channel blocks, for a single sequence) run on ``torch.get_num_threads()`` Python threads.
+contiguous, time-major). Sequences (or channel blocks, for a single sequence) run in parallel on torch's own
+OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`mixers.compiled`).
 :func:`available` is False where there is no compiler or the build fails; callers then use the PyTorch scan of
 :mod:`mixers.selective_scan_cpu`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
@@ -21,7 +22,6 @@ differentiated in the same loop, accumulating the gradients of every input and o
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 
 import torch
@@ -274,19 +274,86 @@ void conv_backward(int T, int Bt, int D, int W, const float *restrict x, long xt
     }
     free(acc); free(tmp); free(dp);
 }
+
+/* OpenMP drivers: one block of the work split per iteration, on torch's own threads (mixers/compiled.py), with
+   denormals flushed as torch.set_flush_denormal(True) does. blk holds (b0, b1, d0, d1) per block for the scan,
+   (b0, b1) for the conv; each block's accumulators (dB and dC: nbc floats; d_wT: W * D; d_bias: D) are stacked. */
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#define FLUSH_BEGIN unsigned int csr_ = _mm_getcsr(); _mm_setcsr(csr_ | 0x8040);
+#define FLUSH_END _mm_setcsr(csr_);
+#else
+#define FLUSH_BEGIN
+#define FLUSH_END
+#endif
+void scan_forward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const float *u, const float *delta,
+                         const float *bias, const float *AT, const float *Bm, const float *Cm, const float *Dv,
+                         const float *z, const float *h0, float *out, float *y_skip, float *h_last, float *ck,
+                         int nblk, const int *blk) {
+    #pragma omp parallel
+    {
+        FLUSH_BEGIN
+        #pragma omp for schedule(static, 1)
+        for (int i = 0; i < nblk; i++)
+            scan_forward(T, Bt, D, N, seg, ldz, u, delta, bias, AT, Bm, Cm, Dv, z, h0, out, y_skip, h_last, ck,
+                         blk[4 * i], blk[4 * i + 1], blk[4 * i + 2], blk[4 * i + 3]);
+        FLUSH_END
+    }
+}
+void scan_backward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const float *u, const float *delta,
+                          const float *bias, const float *AT, const float *Bm, const float *Cm, const float *Dv,
+                          const float *z, const float *ck, const float *y_skip, const float *d_out,
+                          const float *g_last, float *d_u, float *d_delta, float *d_z, float *dAT_part,
+                          float *dD_part, float *dB, float *dC, float *d_h0, long nbc, int nblk, const int *blk) {
+    #pragma omp parallel
+    {
+        FLUSH_BEGIN
+        #pragma omp for schedule(static, 1)
+        for (int i = 0; i < nblk; i++)
+            scan_backward(T, Bt, D, N, seg, ldz, u, delta, bias, AT, Bm, Cm, Dv, z, ck, y_skip, d_out, g_last,
+                          d_u, d_delta, d_z, dAT_part, dD_part, dB + i * nbc, dC + i * nbc, d_h0,
+                          blk[4 * i], blk[4 * i + 1], blk[4 * i + 2], blk[4 * i + 3]);
+        FLUSH_END
+    }
+}
+void conv_forward_blocks(int T, int Bt, int D, int W, const float *x, long xt, long xb, const float *wT,
+                         const float *bias, const float *hist, float *out, long ot, long ob, int nblk,
+                         const int *blk) {
+    #pragma omp parallel
+    {
+        FLUSH_BEGIN
+        #pragma omp for schedule(static, 1)
+        for (int i = 0; i < nblk; i++)
+            conv_forward(T, Bt, D, W, x, xt, xb, wT, bias, hist, out, ot, ob, blk[2 * i], blk[2 * i + 1]);
+        FLUSH_END
+    }
+}
+void conv_backward_blocks(int T, int Bt, int D, int W, const float *x, long xt, long xb, const float *wT,
+                          const float *bias, const float *hist, const float *d_out, long gt, long gb, float *d_x,
+                          long dxt, long dxb, float *d_hist, float *d_wT, float *d_bias, int nblk, const int *blk) {
+    #pragma omp parallel
+    {
+        FLUSH_BEGIN
+        #pragma omp for schedule(static, 1)
+        for (int i = 0; i < nblk; i++)
+            conv_backward(T, Bt, D, W, x, xt, xb, wT, bias, hist, d_out, gt, gb, d_x, dxt, dxb, d_hist,
+                          d_wT + (long)i * W * D, d_bias ? d_bias + (long)i * D : NULL, blk[2 * i], blk[2 * i + 1]);
+        FLUSH_END
+    }
+}
 """
 
 def _signatures() -> dict[str, list]:
     i, p, q = ctypes.c_int, ctypes.c_void_p, ctypes.c_long
     return {
-        "scan_forward": [i] * 6 + [p] * 13 + [i] * 4,
-        "scan_backward": [i] * 6 + [p] * 20 + [i] * 4,
-        "conv_forward": [i] * 4 + [p, q, q, p, p, p, p, q, q] + [i] * 2,
-        "conv_backward": [i] * 4 + [p, q, q, p, p, p, p, q, q, p, q, q, p, p, p] + [i] * 2,
+        "scan_forward_blocks": [i] * 6 + [p] * 13 + [i, p],
+        "scan_backward_blocks": [i] * 6 + [p] * 20 + [q, i, p],
+        "conv_forward_blocks": [i] * 4 + [p, q, q, p, p, p, p, q, q] + [i, p],
+        "conv_backward_blocks": [i] * 4 + [p, q, q, p, p, p, p, q, q, p, q, q, p, p, p] + [i, p],
     }
 
 
-_LIBRARY = CompiledLibrary("selective_scan", SOURCE, _signatures(), flags=["-ffast-math"])
+_LIBRARY = CompiledLibrary("selective_scan", SOURCE, _signatures(), flags=["-ffast-math"], openmp=True)
 
 
 def available() -> bool:
@@ -318,18 +385,10 @@ def _work_split(Bt: int, D: int) -> list[tuple[int, int, int, int]]:
     return [(0, Bt, d, min(d + per, D)) for d in range(0, D, per)]
 
 
-_POOL: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _run(calls: list) -> None:
-    global _POOL
-    if len(calls) == 1:
-        calls[0]()
-        return
-    if _POOL is None or _POOL._max_workers < len(calls):  # noqa: SLF001  (grow once, reuse afterwards)
-        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="mixbench-scan")
-    for future in [_POOL.submit(c) for c in calls]:
-        future.result()
+def _blocks(split: list[tuple[int, ...]]) -> tuple[int, ctypes.Array]:
+    """A work split as the C drivers take it: the number of blocks and their bounds, flattened."""
+    flat = [x for block in split for x in block]
+    return len(split), (ctypes.c_int * len(flat))(*flat)
 
 
 def forward(u, delta, bias, A, B, C, Dv, z, h0):
@@ -347,7 +406,7 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0):
     z_ptr, ldz = _rows(z)
     args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C), pointer(Dv),
             z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
-    _run([lambda blk=blk: lib.scan_forward(*args, *blk) for blk in _work_split(Bt, D)])
+    lib.scan_forward_blocks(*args, *_blocks(_work_split(Bt, D)))
     return out, h_last, (ck, y_skip)
 
 
@@ -365,18 +424,15 @@ def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
     d_h0 = u.new_empty(Bt, D, N)
     AT = A.t().contiguous()
     # B and C are shared by all channels: one accumulator per channel block, summed afterwards
-    dB = [torch.zeros_like(B) for _ in blocks]
-    dC = [torch.zeros_like(C) for _ in blocks]
+    dB = B.new_zeros(len(blocks), *B.shape)
+    dC = C.new_zeros(len(blocks), *C.shape)
     z_ptr, ldz = _rows(z)
-    calls = []
-    for blk, db, dc in zip(blocks, dB, dC):
-        args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C), pointer(Dv),
-                z_ptr, pointer(ck), pointer(y_skip), pointer(d_out), pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z), pointer(dAT_part),
-                pointer(dD_part), pointer(db), pointer(dc), pointer(d_h0))
-        calls.append(lambda args=args, blk=blk: lib.scan_backward(*args, *blk))
-    _run(calls)
-    return (d_u, d_delta, d_delta.sum((0, 1)), dAT_part.sum(0).t(), sum(dB[1:], dB[0]), sum(dC[1:], dC[0]),
-            dD_part.sum(0), d_z, d_h0)
+    lib.scan_backward_blocks(T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT),
+                             pointer(B), pointer(C), pointer(Dv), z_ptr, pointer(ck), pointer(y_skip), pointer(d_out),
+                             pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z), pointer(dAT_part),
+                             pointer(dD_part), pointer(dB), pointer(dC), pointer(d_h0), B.numel(), *_blocks(blocks))
+    return (d_u, d_delta, d_delta.sum((0, 1)), dAT_part.sum(0).t(), dB.sum(0), dC.sum(0), dD_part.sum(0), d_z,
+            d_h0)
 
 
 def _batch_split(Bt: int) -> list[tuple[int, int]]:
@@ -409,7 +465,7 @@ def conv_forward(x, weight, bias, hist, out=None):
     wT, bias_f = _conv_params(weight, bias)
     out = x.new_empty(T, Bt, D) if out is None else out
     args = (T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist), *_time_batch(out))
-    _run([lambda blk=blk: lib.conv_forward(*args, *blk) for blk in _batch_split(Bt)])
+    lib.conv_forward_blocks(*args, *_blocks(_batch_split(Bt)))
     return out
 
 
@@ -423,16 +479,13 @@ def conv_backward(x, weight, bias, hist, d_out, d_x=None):
     d_x = x.new_empty(T, Bt, D) if d_x is None else d_x
     d_hist = torch.empty_like(hist) if hist is not None else None
     blocks = _batch_split(Bt)
-    d_wT = [x.new_zeros(W, D) for _ in blocks]
-    d_bias = [x.new_zeros(D) for _ in blocks]
-    calls = []
-    for blk, dw, db in zip(blocks, d_wT, d_bias):
-        args = (T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist), *_time_batch(d_out),
-                *_time_batch(d_x), pointer(d_hist), pointer(dw), pointer(db) if bias is not None else None)
-        calls.append(lambda args=args, blk=blk: lib.conv_backward(*args, *blk))
-    _run(calls)
-    d_w = sum(d_wT[1:], d_wT[0]).t().reshape(D, 1, W)
-    return d_x, d_w, (sum(d_bias[1:], d_bias[0]) if bias is not None else None), d_hist
+    d_wT = x.new_zeros(len(blocks), W, D)
+    d_bias = x.new_zeros(len(blocks), D)
+    lib.conv_backward_blocks(T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist),
+                             *_time_batch(d_out), *_time_batch(d_x), pointer(d_hist), pointer(d_wT),
+                             pointer(d_bias) if bias is not None else None, *_blocks(blocks))
+    d_w = d_wT.sum(0).t().reshape(D, 1, W)
+    return d_x, d_w, (d_bias.sum(0) if bias is not None else None), d_hist
 
 
 class ConvSiLU(torch.autograd.Function):
