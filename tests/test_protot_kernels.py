@@ -102,6 +102,13 @@ def test_chunked_continues_a_prefill_from_its_state(chunked):
     assert_matches_reference(two_calls, (w, v, rho, lb, S0, M0))
 
 
+def test_compiled_recurrences_refuse_what_they_cannot_run():
+    """Asking for the compiled loops on float64 tensors is an error, not a silent PyTorch run."""
+    inputs = [t.double() for t in make_inputs(1, 10, 4, 3, BETAS["gentle"])]
+    with pytest.raises(RuntimeError, match="compiled recurrences"):
+        prefix_mean_chunked(*inputs, FLOOR, compiled=True)
+
+
 def long_memory_inputs():
     """What a ProtoT layer with decays near 0.999 feeds its kernel over 2048 positions (captured)."""
     torch.manual_seed(2048)
