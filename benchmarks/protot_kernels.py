@@ -6,9 +6,9 @@ B = 8, d = 256 (R = 32 prototypes, value dim 128), for each T:
 
 * ``kernel``: the prefix-mean kernel alone, recurrent (the definition) and chunked at the initial decay beta = 0.9
   ("gentle") and with decays spread over [0.05, 0.99] ("spread"), chunked again with its two recurrences in
-  PyTorch ("pytorch-rec": what runs without a C compiler, ``compiled=False``), next to a dense 1024^2 fp32 matmul timed in the
-  same rounds; achieved GFLOP/s use the chunked algorithm's FLOP count (``chunked_flops``, the same for both
-  decay settings, so the fraction of peak compares time), and the fraction of peak is per round;
+  PyTorch ("pytorch-rec": what runs without a C compiler, ``compiled=False``), next to a dense 1024^2 fp32
+  matmul timed in the same rounds; achieved GFLOP/s use the chunked algorithm's FLOP count (``chunked_flops``,
+  the same for every setting, so the fraction of peak compares time), and the fraction of peak is per round;
 * ``layer``: the whole ProtoT mixer layer (projections included) on its CPU default kernel next to the attention
   mixer (4 heads, SDPA) at the same shapes.
 
@@ -136,7 +136,8 @@ def main() -> None:
                         for k, b in betas.items()]
         timings = interleaved([matmul_candidate(), *kernels], repeats=args.repeats)
         kernel_table += kernel_rows(T, timings, chunked_flops(B, T, R, m, backward=True), [c.name for c in kernels])
-        kernel_table += [f"{T:>6}   chunked {k} / pytorch-rec {k}: {fmt(timings.ratio(f'chunked {k}', f'pytorch-rec {k}'))}"
+        kernel_table += [f"{T:>6}   chunked {k} / pytorch-rec {k}: "
+                         f"{fmt(timings.ratio(f'chunked {k}', f'pytorch-rec {k}'))}"
                          for k in betas if f"pytorch-rec {k}" in timings.seconds]
         kernel_table += [f"{T:>6}   note: {n}" for n in timings.notes]
 

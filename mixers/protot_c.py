@@ -95,7 +95,8 @@ void masses_forward(int B, int T, int TP, int R, int C, const float *w, const fl
 /* The backward's per-position work after the batched products, in one pass per (sequence, channel block):
    the read weights' gradient dq = dq_scores * pq + dq_read * into, the writes' gradient through the scores and the
    state increments dw_state = dw_scores * pk + dw_inc * to_end (last_to_end in the last chunk); on the steep
-   path pq and pk are ones (its scores' gradients already include their decays). Then the masses' reverse pass, adding g_t to dw.
+   path pq and pk are ones (its scores' gradients already include their decays). Then the masses' reverse pass,
+   adding g_t to dw.
    All [B, TP, R] except the tables [C, R], d_mlast (NULL: zero), d_m0 and d_lb [B, R] (per sequence; the caller
    sums). d_lb is the closed-form decay gradient of mixers/protot_chunked.py but for its chunk states' term, with
    chunk-local positions s = t mod C: sum_t -(s + 1) w_t dw_t + [M_{t-1} < floor] s q_t dq_t, plus at each
@@ -232,8 +233,8 @@ def _signatures() -> dict[str, list]:
     }
 
 
-_LIBRARY = CompiledLibrary("protot_recurrences", SOURCE, _signatures(), flags=["-fno-math-errno", "-fno-trapping-math"],
-                           openmp=True)
+_LIBRARY = CompiledLibrary("protot_recurrences", SOURCE, _signatures(),
+                           flags=["-fno-math-errno", "-fno-trapping-math"], openmp=True)
 
 
 def usable(*tensors: torch.Tensor) -> bool:

@@ -417,7 +417,8 @@ def prefix_mean_chunked(
         raise RuntimeError(f"the compiled recurrences cannot run on {work} {w.device.type} tensors here"
                            + (f" ({protot_c.unavailable_reason()})" if protot_c.unavailable_reason() else ""))
     with torch.autocast(w.device.type, enabled=False):
-        o, S, M = ChunkedPrefixMean.apply(*inputs, floor, chunk_length(chunk, T), usable if compiled is None else compiled)
+        o, S, M = ChunkedPrefixMean.apply(*inputs, floor, chunk_length(chunk, T),
+                                          usable if compiled is None else compiled)
     return o.to(v.dtype), S, M
 
 

@@ -404,8 +404,8 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0):
     ck = u.new_empty(-(-T // SEGMENT), Bt, N, D)
     AT = A.t().contiguous()
     z_ptr, ldz = _rows(z)
-    args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C), pointer(Dv),
-            z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
+    args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C),
+            pointer(Dv), z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
     lib.scan_forward_blocks(*args, *_blocks(_work_split(Bt, D)))
     return out, h_last, (ck, y_skip)
 
