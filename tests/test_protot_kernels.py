@@ -7,6 +7,10 @@ comparison is max |a - b| / max |b| per tensor, outputs <= 1e-5 and gradients <=
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -100,6 +104,32 @@ def test_chunked_continues_a_prefill_from_its_state(chunked):
         return torch.cat([o1, o2], 1), S2, M2
 
     assert_matches_reference(two_calls, (w, v, rho, lb, S0, M0))
+
+
+def test_without_a_compiler_the_pytorch_recurrences_take_over(tmp_path):
+    """No C compiler (CC points nowhere, an empty kernel cache): the layer's chunked kernel still runs, with its
+    recurrences in PyTorch, and equals the definition."""
+    code = (
+        "import torch\n"
+        "from mixers import protot_c\n"
+        "from mixers.protot import ProtoT, ProtoTConfig\n"
+        "assert not protot_c.usable(torch.zeros(1)), 'built without a compiler?'\n"
+        "layer = ProtoT(ProtoTConfig(n_prototypes=8), 32, layer_idx=2, n_layers=4)\n"
+        "x = torch.randn(2, 70, 32, requires_grad=True)\n"
+        "outs = []\n"
+        "for k in ('recurrent', 'chunked'):\n"
+        "    layer.set_kernel(k); x.grad = None\n"
+        "    y = layer(x)[0]; y.square().sum().backward(); outs.append((y.detach(), x.grad.clone()))\n"
+        "for a, b in zip(*outs):\n"
+        "    assert ((a - b).abs().max() / b.abs().max()).item() < 1e-5\n"
+        "print(protot_c.unavailable_reason())\n"
+    )
+    env = {**os.environ, "CC": str(tmp_path / "no-such-compiler"), "PATH": "/nonexistent",
+           "MIXBENCH_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no C compiler" in done.stdout
 
 
 def test_compiled_recurrences_refuse_what_they_cannot_run():
