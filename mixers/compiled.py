@@ -12,8 +12,9 @@ compiler or the build fails, :meth:`CompiledLibrary.get` returns None and caller
 
 OpenMP: a source built with ``openmp=True`` parallelises with ``#pragma omp``. Its ``libgomp.so.1`` resolves to
 the copy torch has already loaded (same soname), so the C loops run on torch's own intra-op threads, at
-``torch.get_num_threads()``: no second pool competes for the cores with torch's waiting threads. Without OpenMP
-support the build is retried without it and the loops run on one thread.
+``torch.get_num_threads()``: no second pool competes for the cores with torch's waiting threads. (A torch built
+on another OpenMP runtime gets the system's libgomp beside its own: the same results, two pools sharing the
+cores.) Without OpenMP support the build is retried without it and the loops run on one thread.
 """
 
 from __future__ import annotations
