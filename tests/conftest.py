@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -27,6 +29,23 @@ TINY_TRAIN = ["--preset", "tiny", "--tokens", "32768", "--max-train-docs", "40",
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def without_a_compiler(tmp_path):
+    """Run Python code in a fresh process where no C compiler can be found (CC points nowhere, PATH is empty)
+    and the kernel cache is empty, so every compiled kernel falls back to PyTorch; returns the finished
+    process, asserting it exited 0."""
+
+    def run(code: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "CC": str(tmp_path / "no-such-compiler"), "PATH": "/nonexistent",
+               "MIXBENCH_CACHE": str(tmp_path / "cache")}
+        done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    return run
 
 
 def train_tiny(out: Path, mixer: str, *extra: str) -> Path:
