@@ -407,6 +407,7 @@ def prefix_mean_chunked(
     two recurrences as the compiled loops of :mod:`mixers.protot_c` (None: wherever they can run, float32 on a
     CPU with a C compiler) or in PyTorch (False).
     """
+    _check_shapes(w, v, rho, log_beta, S0, M0)
     T = w.shape[1]
     if T == 0:
         return v.new_zeros(v.shape), S0, M0
@@ -420,6 +421,21 @@ def prefix_mean_chunked(
         o, S, M = ChunkedPrefixMean.apply(*inputs, floor, chunk_length(chunk, T),
                                           usable if compiled is None else compiled)
     return o.to(v.dtype), S, M
+
+
+def _check_shapes(w, v, rho, log_beta, S0, M0) -> None:
+    """Exact shapes, no broadcasting: the compiled loops index every tensor by these sizes, so a mismatch must
+    stop here rather than read past a tensor's end."""
+    if w.dim() != 3 or v.dim() != 3:
+        raise ValueError(f"prefix_mean_chunked: w and v must be [B, T, R] and [B, T, m], got {tuple(w.shape)} and "
+                         f"{tuple(v.shape)}")
+    B, T, R = w.shape
+    m = v.shape[-1]
+    expected = {"v": (B, T, m), "rho": (B, T, R), "log_beta": (R,), "S0": (B, R, m), "M0": (B, R)}
+    for name, t in zip(expected, (v, rho, log_beta, S0, M0)):
+        if tuple(t.shape) != expected[name]:
+            raise ValueError(f"prefix_mean_chunked: {name} must be {list(expected[name])} for w of shape "
+                             f"{list(w.shape)}, got {list(t.shape)}")
 
 
 def chunk_length(chunk: int, T: int) -> int:

@@ -123,6 +123,34 @@ def test_without_a_compiler_the_pytorch_recurrences_take_over(without_a_compiler
     assert "no C compiler" in without_a_compiler(code).stdout
 
 
+@pytest.mark.parametrize("bad", ["short rho", "wide decay", "one initial mass", "2-d values"])
+def test_mismatched_shapes_are_refused_on_both_paths(bad, chunked):
+    """The compiled loops index every tensor by w's sizes: a shorter rho, a longer decay or a broadcast initial
+    mass would be read past its end, so every mismatch is an error before any work, on both paths."""
+    w, v, rho, lb, S0, M0 = make_inputs(2, 70, 4, 3, BETAS["gentle"])
+    inputs = {"short rho": (w, v, rho[:, :10], lb, S0, M0),
+              "wide decay": (w, v, rho, torch.cat([lb, lb]), S0, M0),
+              "one initial mass": (w, v, rho, lb, S0, M0[:1]),
+              "2-d values": (w, v[0], rho, lb, S0, M0)}[bad]
+    with pytest.raises(ValueError, match="prefix_mean_chunked"):
+        chunked(*inputs, FLOOR)
+
+
+def test_non_finite_inputs_propagate_without_a_crash(chunked):
+    """A NaN write at position 40 (a broken mixer's projection) reaches every later output and the final state
+    as NaN, as in the definition: nothing crashes and nothing is silently finite. The compiled loops are exactly
+    causal here too; the PyTorch path's in-chunk products (0 * NaN) also spread it back to its chunk's start, 32,
+    never further."""
+    w, v, rho, lb, S0, M0 = make_inputs(1, 130, 4, 3, BETAS["spread"])
+    w[0, 40, 1] = float("nan")
+    o, S, M = chunked(w, v, rho, lb, S0, M0, FLOOR)
+    ref = prefix_mean_recurrent(w, v, rho, lb, S0, M0, FLOOR)
+    assert o[0, 41:].isnan().any(-1).all() and not o[0, :32].isnan().any()
+    assert M.isnan().any() and S.isnan().any()
+    if chunked.keywords["compiled"]:
+        assert torch.equal(o.isnan(), ref[0].isnan())
+
+
 def test_compiled_recurrences_refuse_what_they_cannot_run():
     """Asking for the compiled loops on float64 tensors is an error, not a silent PyTorch run."""
     inputs = [t.double() for t in make_inputs(1, 10, 4, 3, BETAS["gentle"])]
