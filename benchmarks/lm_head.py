@@ -21,7 +21,7 @@ import _common
 from harness import lm_head
 from harness.batching import IGNORE_INDEX
 from harness.timing import Candidate, interleaved
-from harness.training import lm_loss, param_groups
+from harness.training import adamw, lm_loss, param_groups
 
 
 def main() -> None:
@@ -42,23 +42,25 @@ def main() -> None:
     def plain(_):
         F.cross_entropy((hidden @ weight.T).float(), targets, ignore_index=IGNORE_INDEX).backward()
 
-    def fused(rows):
+    def fused(rows, compiled=None):
         def run(_):
             lm_head.BLOCK_ROWS = rows
-            lm_head.cross_entropy(hidden, weight, targets, IGNORE_INDEX).backward()
+            lm_head.cross_entropy(hidden, weight, targets, IGNORE_INDEX, compiled=compiled).backward()
 
         return run
 
     blocks = [int(b) for b in args.blocks.split(",")]
     start = _common.machine_line()
-    candidates = [Candidate("logits + F.cross_entropy", plain)] + [Candidate(f"fused, {b} rows", fused(b)) for b in blocks]
-    timings = interleaved(candidates, args.rounds)
     default = lm_head.BLOCK_ROWS
+    candidates = ([Candidate("logits + F.cross_entropy", plain)]
+                  + [Candidate(f"fused, {b} rows", fused(b)) for b in blocks]
+                  + [Candidate(f"fused, {default} rows, torch softmax", fused(default, compiled=False))])
+    timings = interleaved(candidates, args.rounds)
     print(f"head + loss, forward + backward: {n} tokens, d_model {d}, vocab {vocab}; {args.rounds} interleaved rounds")
     print(f"at start: {start}\nat end:   load average {_common.load_average()}")
-    print(f"{'':<28}{'ms':>8}{'time / logits path':>22}")
+    print(f"{'':<38}{'ms':>8}{'time / logits path':>22}")
     for c in candidates:
-        print(f"{c.name:<28}{timings.median(c.name) * 1e3:>8.1f}"
+        print(f"{c.name:<38}{timings.median(c.name) * 1e3:>8.1f}"
               f"{_common.fmt_ratio(timings.ratio(c.name, candidates[0].name)):>22}")
     lm_head.BLOCK_ROWS = default
     if args.mixer:
@@ -68,7 +70,7 @@ def main() -> None:
 def whole_step(args, backbone, batch) -> None:
     """Training steps (forward, loss, backward, AdamW) of one model with each head, interleaved."""
     model = _common.build(args.mixer, backbone, None)
-    optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
+    optimizer = adamw(param_groups(model, 0.1), lr=1e-3)
     tokens = torch.randint(0, backbone.vocab_size, (batch, backbone.context + 1),
                            generator=torch.Generator().manual_seed(1))
 

@@ -34,6 +34,38 @@ import torch
 from harness.data import default_cache_dir
 
 
+#: C helper for sources that need exponentials in vectorised loops (prepend it to the source): glibc's vector
+#: ``expf`` needs -ffast-math, which would also let the compiler assume no NaN and drop the checks that catch a
+#: diverged model.
+EXP_NONPOSITIVE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* exp(x) for finite x <= 0, about 1 ulp from expf, in a form the compiler vectorises without -ffast-math:
+   x = n ln2 + r (Cody-Waite split of ln2), exp(r) by Cephes' degree-7 polynomial, 2^n from the exponent bits.
+   Below -87 it returns 0 (exp(-87) = 1.6e-38, the edge of normal floats: flushed to zero, as torch does with
+   set_flush_denormal). NaN is not kept: callers check for it themselves. */
+static inline float exp_nonpositive(float x) {
+    float xc = x > -87.0f ? x : -87.0f;
+    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return x < -87.0f ? 0.0f : p * two_n;
+}
+"""
+
+
 def _machine_key() -> str:
     """This CPU's model and flags."""
     try:
