@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.backbone_kernels import rms_norm, silu_mul
 from harness.batching import IGNORE_INDEX
 from harness.config import BackboneConfig, ModelSpec
 from harness.errors import ConfigError
@@ -29,8 +30,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 class SwiGLU(nn.Module):
@@ -42,7 +42,9 @@ class SwiGLU(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.dropout(F.silu(self.gate(x)) * self.up(x)))
+        # the activation is one fused pass (harness/backbone_kernels.py); gate and up stay two products, which
+        # at d_model 128 ran faster than one of twice the width
+        return self.down(self.dropout(silu_mul(self.gate(x), self.up(x))))
 
 
 class Block(nn.Module):
