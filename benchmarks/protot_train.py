@@ -20,7 +20,7 @@ import torch
 from harness.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec, get_preset
 from harness.timing import Candidate, interleaved
-from harness.training import lm_loss, param_groups
+from harness.training import adamw, lm_loss, param_groups
 
 PEAK_N = 1024
 
@@ -29,7 +29,7 @@ def step_candidate(name: str, backbone: BackboneConfig, batch: int) -> tuple[Can
     model = build_model(ModelSpec(name, {}, backbone), seed=0)
     model.set_kernel(None, torch.device("cpu"))
     model.train()
-    optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
+    optimizer = adamw(param_groups(model, 0.1), lr=1e-3)
     tokens = torch.randint(0, backbone.vocab_size, (batch, backbone.context + 1), generator=torch.Generator().manual_seed(0))
 
     def step(_):

@@ -19,7 +19,7 @@ import torch
 
 import _common
 from harness.timing import Candidate, interleaved
-from harness.training import lm_loss, param_groups
+from harness.training import adamw, lm_loss, param_groups
 
 DEFAULT = "protot,attention,mamba:cpu-scan,mamba,deltanet:naive-chunk,deltanet"
 
@@ -44,7 +44,7 @@ def main() -> None:
     for entry in args.mixers.split(","):
         mixer, _, kernel = entry.partition(":")
         model = _common.build(mixer, backbone, kernel or None)
-        runs[entry] = (model, torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3))
+        runs[entry] = (model, adamw(param_groups(model, 0.1), lr=1e-3))
 
     def step(entry: str):
         model, optimizer = runs[entry]

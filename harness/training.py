@@ -64,6 +64,14 @@ def param_groups(model: MixerLM, weight_decay: float) -> list[dict[str, Any]]:
     ]
 
 
+def adamw(groups: list[dict[str, Any]], **options: Any) -> torch.optim.AdamW:
+    """AdamW over ``groups``, fused (one kernel over every parameter) where torch has that for their device: at
+    preset quick 2.3 ms a step on the CPU against 7.0 ms for the default multi-tensor AdamW, the same update up to
+    rounding (docs/cpu_kernels.md, "The backbone's elementwise layers")."""
+    devices = {p.device.type for g in groups for p in g["params"]}
+    return torch.optim.AdamW(groups, fused=bool(devices) and devices <= {"cpu", "cuda"}, **options)
+
+
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     """Learning rate for optimizer step ``step`` (0-based) of ``total``: warm-up, then cosine to a floor."""
     warmup = max(1, round(cfg.warmup_frac * total))
@@ -142,7 +150,7 @@ def _train(
 
     model = build_model(spec.model, seed=cfg.seed).to(dev)
     model.set_kernel(kernel, dev)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
+    optimizer = adamw(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
     start, history, prior_seconds = 0, [], 0.0
 
     existing = resolve(out_dir) if out_dir.exists() else None

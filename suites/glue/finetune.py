@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from harness.backbone import MixerLM
 from harness.tokenizer import Tokenizer
+from harness.training import adamw
 from suites.glue.config import GlueConfig
 from suites.glue.loading import Example
 
@@ -137,7 +138,7 @@ def fine_tune(
         lengths = data.lengths
         batches = [b for _ in range(cfg.epochs) for b in train_batches(lengths, cfg.batch_size, rng)]
         params = [p for p in clf.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(
+        opt = adamw(
             [
                 {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
                 {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},

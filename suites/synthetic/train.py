@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from harness.backbone import MixerLM, RMSNorm, build_model
 from harness.config import ModelSpec, TrainConfig
 from harness.errors import NonFiniteLossError
-from harness.training import lr_at, param_groups
+from harness.training import adamw, lr_at, param_groups
 from suites.synthetic.data import IGNORE, TaskData
 from suites.synthetic.scoring import score_split
 
@@ -133,7 +133,7 @@ def _optimizer(model: TaskModel, lr: float, weight_decay: float) -> torch.optim.
         params = list(model.decoder.parameters())
         groups[0]["params"] += [p for p in params if p.ndim >= 2]
         groups[1]["params"] += [p for p in params if p.ndim < 2]
-    return torch.optim.AdamW(groups, lr=lr)
+    return adamw(groups, lr=lr)
 
 
 def train_once(
