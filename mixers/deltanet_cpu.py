@@ -7,7 +7,8 @@ goes to the number of tensor passes and copies rather than to arithmetic (docs/c
 * q, k and v come from one matrix product (the three weight matrices concatenated) and one depthwise causal
   convolution + SiLU over all their channels (the compiled loop of :mod:`mixers.selective_scan_c` where a C
   compiler is available, else ``F.conv1d``), instead of three of each;
-* q and k are l2-normalised per head as fla's kernels do in-kernel (``x / sqrt(|x|^2 + 1e-6)``);
+* q and k are l2-normalised per head as fla's kernels do in-kernel (``x / sqrt(|x|^2 + 1e-6)``), and the output
+  norm is an RMSNorm per head: both one fused pass each way (:func:`harness.backbone_kernels.rms_norm`);
 * the delta rule is :func:`mixers.delta_rule_cpu.chunk_delta_rule` in fla's own [B, T, H, K] layout, with a
   state carried in and out, so training, prefill and decode all take this path;
 * the output norm is fla's RMSNorm or gated RMSNorm over each head, then ``o_proj`` (called as the module, so the
@@ -23,6 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from harness.backbone_kernels import rms_norm
 
 #: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
 L2_EPS = 1e-6
@@ -67,8 +70,11 @@ def forward(layer: nn.Module, x: torch.Tensor, recurrent: torch.Tensor | None, c
 
 
 def _l2norm(t: torch.Tensor) -> torch.Tensor:
-    tf = t.float()
-    return (tf * torch.rsqrt((tf * tf).sum(-1, keepdim=True) + L2_EPS)).to(t.dtype)
+    """fla's in-kernel l2 norm ``t / sqrt(|t|^2 + 1e-6)`` as the backbone's fused RMSNorm, which is the same
+    function: ``t / sqrt(|t|^2 + e) = (t / sqrt(mean(t^2) + e / D)) / sqrt(D)``. One pass each way instead of
+    autograd's five."""
+    D = t.shape[-1]
+    return rms_norm(t.float(), t.new_full((D,), D**-0.5, dtype=torch.float32), L2_EPS / D).to(t.dtype)
 
 
 def _short_conv(layer: nn.Module, qkv: torch.Tensor, conv: tuple[torch.Tensor, ...] | None, with_state: bool):
@@ -110,9 +116,8 @@ def _output_norm(layer: nn.Module, o: torch.Tensor, x: torch.Tensor) -> torch.Te
     """fla's ``o_norm`` per head: RMSNorm, or RMSNorm gated by ``g_proj(x)`` (swish or sigmoid)."""
     norm = layer.o_norm
     of = o.float()
-    y = of * torch.rsqrt((of * of).mean(-1, keepdim=True) + norm.eps)
-    if norm.weight is not None:
-        y = y * norm.weight.float()
+    weight = norm.weight.float() if norm.weight is not None else of.new_ones(of.shape[-1])
+    y = rms_norm(of, weight, norm.eps)
     if getattr(norm, "bias", None) is not None:
         y = y + norm.bias.float()
     if layer.use_gate:
