@@ -1,4 +1,4 @@
-"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet) in chunks, for CPU, in plain PyTorch.
+"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet) in chunks, for CPU, in PyTorch (and one small compiled loop).
 
 The recurrence, per head, with the state ``S`` [K, V], the log-decay ``g_t`` (0 without a gate) and ``beta_t``:
 
@@ -11,8 +11,9 @@ Rule over Sequence Length"), so almost all the work is batched matrix products o
 
 * within a chunk of ``C`` tokens (cumulative log-decay ``G``, pairwise decays ``D_ts = exp(G_t - G_s)`` for
   s <= t, never an exponential of a positive number), the UT transform ``T = (I + tril(diag(beta) K K^T * D,
-  -1))^-1`` is one batched unit-triangular solve for all chunks (its backward is another), and gives the
-  chunk's pseudo-values ``U = T diag(beta) V`` and ``W = T diag(beta) K exp(G)``;
+  -1))^-1`` is one call for all chunks (the compiled forward substitution of :mod:`mixers.delta_rule_c`, 5-10x
+  faster than ``solve_triangular`` at 32 x 32, else the solve), and gives the chunk's pseudo-values
+  ``U = T diag(beta) V`` and ``W = T diag(beta) K exp(G)``;
 * across chunks only a short loop remains, two products per chunk on the [K, V] state:
   ``U_n - W_n S`` (the chunk's true pseudo-values) and ``S <- exp(G_C) S + (K exp(G_C - G))^T U``. The loop is
   one autograd function (:class:`_ChunkStates`) with a written-out backward: the reverse loop keeps only the
@@ -21,11 +22,16 @@ Rule over Sequence Length"), so almost all the work is batched matrix products o
   and their bookkeeping per chunk;
 * the outputs are then one batched product for all chunks: ``(Q exp(G)) S_n + tril(Q K^T * D) U``.
 
+Without a gate (DeltaNet) the whole chunk computation is one autograd function (:class:`_DeltaChunks`) with a
+written-out backward: the inverse's gradient ``-T^T dT T^T`` as two products where autograd would solve again,
+and no copies, masks or gradient sums around each use of the keys. The gated path (Gated DeltaNet) goes
+through autograd, its decays included.
+
 Every tensor is laid out chunk-major, [chunks, B, H, C, ...] and contiguous, so each batched product is one BLAS
 call over contiguous matrices and each chunk of the loop is a contiguous slice (strided batches make torch fall
-back to a matrix-by-matrix loop). The other gradients come from autograd through these few large operations. Any chunk
-length gives the same result up to rounding; padding the length to a multiple of the chunk with zero keys,
-values, betas and log-decays leaves the state unchanged, so the final state is exact. See docs/cpu_kernels.md.
+back to a matrix-by-matrix loop). Any chunk length gives the same result up to rounding; padding the length to
+a multiple of the chunk with zero keys, values, betas and log-decays leaves the state unchanged, so the final
+state is exact. See docs/cpu_kernels.md.
 """
 
 from __future__ import annotations
@@ -72,36 +78,153 @@ def chunk_delta_rule(
         return t.reshape(B, N, C, H, t.shape[-1]).permute(1, 0, 3, 2, 4).contiguous()
 
     q, k, v, beta = chunk_major(q * scale), chunk_major(k), chunk_major(v), chunk_major(beta)
-    k_beta = k * beta
-    lower = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
-    kk = k_beta @ k.transpose(-1, -2)
-    qk = q @ k.transpose(-1, -2)
-    if g is not None:
-        G = chunk_major(g).squeeze(-1).cumsum(-1)  # [N, B, H, C]
-        decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~lower, float("-inf")).exp()  # exp(G_t - G_s), s <= t
-        kk = kk * decay
-        qk = qk * decay  # zero above the diagonal already
-        q_in = q * G.unsqueeze(-1).exp()  # reads the state as it was at the chunk's start, decayed to t
-        k_in = k_beta * G.unsqueeze(-1).exp()
-        k_out = k * (G[..., -1:] - G).unsqueeze(-1).exp()  # writes decayed to the chunk's end
-        chunk_decay = G[..., -1].exp().reshape(N, B * H, 1, 1)
-    else:
-        qk = qk.masked_fill(~lower, 0.0)
-        q_in, k_in, k_out, chunk_decay = q, k_beta, k, None
-    # T = (I + strictly-lower part of kk)^-1; solve_triangular with unitriangular=True never reads the diagonal
-    eye = torch.eye(C, device=k.device).expand_as(kk)
-    ut = torch.linalg.solve_triangular(kk.tril(-1), eye, upper=False, unitriangular=True)
-    u0 = ut @ (v * beta)
-    w = ut @ k_in
-
     S0 = initial_state.float() if initial_state is not None else k.new_zeros(B, H, K, Vd)
+    if g is None:
+        o, S = _DeltaChunks.apply(q, k, v, beta, S0)
+    else:
+        o, S = _gated_chunks(q, k, v, beta, chunk_major(g).squeeze(-1), S0)
+    o = o.permute(1, 0, 3, 2, 4).reshape(B, N * C, H, Vd)[:, :T]
+    return o.to(dtype), (S.view(B, H, K, Vd) if output_final_state else None)
+
+
+def _unit_lower_inverse(kk: torch.Tensor) -> torch.Tensor:
+    """``(I + strictly-lower part of kk)^-1`` for a batch of [C, C] matrices: by the compiled forward
+    substitution of :mod:`mixers.delta_rule_c` when no gradient is wanted through it (the ungated path's own
+    backward) and it can run, else solve_triangular, which with unitriangular=True never reads the diagonal or
+    what is above it, so kk goes in as it is."""
+    from mixers import delta_rule_c
+
+    if not (torch.is_grad_enabled() and kk.requires_grad) and delta_rule_c.usable(kk):
+        return delta_rule_c.unit_lower_inverse(kk)
+    eye = torch.eye(kk.shape[-1], device=kk.device, dtype=kk.dtype).expand_as(kk)
+    return torch.linalg.solve_triangular(kk, eye, upper=False, unitriangular=True)
+
+
+def _gated_chunks(q, k, v, beta, g, S0):
+    """The gated delta rule over chunk-major inputs (``q`` already scaled; ``g`` [N, B, H, C]), through
+    autograd: the within-chunk decays ``D_ts = exp(G_t - G_s)`` scale the key and query products, reads see the
+    chunk's starting state decayed to t, writes are decayed to the chunk's end. Returns ``o`` chunk-major and
+    the final state [B * H, K, V]."""
+    N, B, H, C, K = k.shape
+    Vd = v.shape[-1]
+    lower = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    k_beta = k * beta
+    G = g.cumsum(-1)  # [N, B, H, C]
+    decay = (G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~lower, float("-inf")).exp()  # exp(G_t - G_s), s <= t
+    kk = (k_beta @ k.transpose(-1, -2)) * decay
+    qk = (q @ k.transpose(-1, -2)) * decay  # zero above the diagonal already
+    q_in = q * G.unsqueeze(-1).exp()  # reads the state as it was at the chunk's start, decayed to t
+    k_in = k_beta * G.unsqueeze(-1).exp()
+    k_out = k * (G[..., -1:] - G).unsqueeze(-1).exp()  # writes decayed to the chunk's end
+    chunk_decay = G[..., -1].exp().reshape(N, B * H, 1, 1)
+    ut = _unit_lower_inverse(kk)
+    u0, w = ut @ (v * beta), ut @ k_in
     M = B * H  # the loop works on [N, B * H, ...]: every product one bmm over contiguous matrices
     starts, us, S = _ChunkStates.apply(u0.float().reshape(N, M, C, Vd), w.float().reshape(N, M, C, K),
                                        k_out.float().transpose(-1, -2).reshape(N, M, K, C), chunk_decay,
                                        S0.reshape(M, K, Vd).contiguous())  # fp32 also under autocast
-    o = q_in @ starts.view(N, B, H, K, Vd) + qk @ us.view(N, B, H, C, Vd)  # [N, B, H, C, V]
-    o = o.permute(1, 0, 3, 2, 4).reshape(B, N * C, H, Vd)[:, :T]
-    return o.to(dtype), (S.view(B, H, K, Vd) if output_final_state else None)
+    return q_in @ starts.view(N, B, H, K, Vd) + qk @ us.view(N, B, H, C, Vd), S
+
+
+class _DeltaChunks(torch.autograd.Function):
+    """The delta rule without a gate over chunk-major inputs, with a written-out backward.
+
+    ``q`` (already scaled), ``k`` [N, B, H, C, K], ``v`` [N, B, H, C, V], ``beta`` [N, B, H, C, 1], all
+    contiguous fp32; ``S0`` [B, H, K, V]. Returns ``o`` [N, B, H, C, V] and the final state [B * H, K, V].
+    Forward: ``T = (I + tril(kb k^T, -1))^-1`` (kb = beta k), ``u0 = T (beta v)``, ``w = T kb``, the chunk loop,
+    then ``o = q S_n + tril(q k^T) u``. The backward runs the same products in reverse, with the inverse's
+    gradient ``dA = -T^T dT T^T`` as two products (autograd solves a triangular system again, slower at
+    these sizes) and no copies, masks or gradient sums that autograd would add around each use of ``k``;
+    at preset quick's shapes the layer's delta rule takes ~25% less time forward + backward
+    (docs/cpu_kernels.md)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, beta, S0):
+        with torch.autocast(q.device.type, enabled=False):
+            N, B, H, C, K = k.shape
+            Vd, M = v.shape[-1], B * H
+            k_beta, v_beta = k * beta, v * beta
+            ut = _unit_lower_inverse(k_beta @ k.transpose(-1, -2))
+            u0, w = (ut @ v_beta).view(N, M, C, Vd), (ut @ k_beta).view(N, M, C, K)
+            qk = (q @ k.transpose(-1, -2)).tril_()
+            k_t = k.transpose(-1, -2).reshape(N, M, K, C)  # the written keys, transposed: a contiguous copy
+            starts, us, S = _states_forward(u0, w, k_t, None, S0.reshape(M, K, Vd).contiguous())
+            o = q @ starts.view(N, B, H, K, Vd)
+            o.view(-1, C, Vd).baddbmm_(qk.view(-1, C, C), us.view(-1, C, Vd))
+            ctx.save_for_backward(q, k, v, beta, k_beta, v_beta, ut, qk, w, k_t, starts, us)
+            return o, S
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_o, d_S):
+        with torch.autocast(d_o.device.type, enabled=False):
+            return _DeltaChunks._backward(ctx, d_o, d_S)
+
+    @staticmethod
+    def _backward(ctx, d_o, d_S):
+        q, k, v, beta, k_beta, v_beta, ut, qk, w, k_t, starts, us = ctx.saved_tensors
+        N, B, H, C, K = k.shape
+        Vd, M = v.shape[-1], B * H
+
+        def flat(t: torch.Tensor) -> torch.Tensor:  # [..., r, c] -> [batch, r, c] (a view of contiguous t)
+            return t.reshape(-1, *t.shape[-2:])
+
+        d_o = flat(torch.zeros_like(us) if d_o is None else d_o.contiguous())
+        q3, k3, qk3, ut3 = flat(q), flat(k), flat(qk), flat(ut)
+        # o = q S_n + P u, P = tril(q k^T)
+        d_us = qk3.transpose(1, 2) @ d_o
+        d_starts = q3.transpose(1, 2) @ d_o
+        d_qk = (d_o @ flat(us).transpose(1, 2)).tril_()
+        d_q = (d_o @ flat(starts).transpose(1, 2)).baddbmm_(d_qk, k3)
+        d_k = d_qk.transpose(1, 2) @ q3
+        # the chunk loop
+        du0, d_w, d_k_t, _, d_S0 = _states_backward(w, k_t, None, starts, us, d_starts.view(N, M, K, Vd),
+                                                    d_us.view(N, M, C, Vd), d_S)
+        d_k += flat(d_k_t).transpose(1, 2)
+        du0, d_w = flat(du0), flat(d_w)
+        # u0 = T (beta v), w = T kb; T = (I + A)^-1 with A the strictly lower part of kb k^T
+        d_ut = (du0 @ flat(v_beta).transpose(1, 2)).baddbmm_(d_w, flat(k_beta).transpose(1, 2))
+        d_v_beta = ut3.transpose(1, 2) @ du0
+        d_k_beta = ut3.transpose(1, 2) @ d_w
+        d_kk = (ut3.transpose(1, 2) @ (d_ut @ ut3.transpose(1, 2))).neg_().tril_(-1)
+        d_k_beta.baddbmm_(d_kk, k3)
+        d_k.baddbmm_(d_kk.transpose(1, 2), flat(k_beta))
+        d_k_beta, d_v_beta = d_k_beta.view_as(k), d_v_beta.view_as(v)
+        d_k = d_k.view_as(k).addcmul_(d_k_beta, beta)
+        d_beta = (d_k_beta * k).sum(-1, keepdim=True) + (d_v_beta * v).sum(-1, keepdim=True)
+        return d_q.view_as(q), d_k, d_v_beta * beta, d_beta, d_S0.view(B, H, K, Vd)
+
+
+def _states_forward(u0, w, k_t, decay, S0):
+    """The loop of :class:`_ChunkStates` (see there), without autograd: (starts, us, final state)."""
+    N = u0.shape[0]
+    starts = u0.new_empty(N, *S0.shape)
+    us = torch.empty_like(u0)
+    S = S0
+    for n in range(N):
+        starts[n] = S
+        torch.baddbmm(u0[n], w[n], S, alpha=-1, out=us[n])
+        S = torch.baddbmm(S if decay is None else S * decay[n], k_t[n], us[n])
+    return starts, us, S
+
+
+def _states_backward(w, k_t, decay, starts, us, d_starts, d_us, d_final):
+    """The written-out backward of :class:`_ChunkStates`: (du0, dw, dk_t, d_decay, dS0); None gradients are
+    zeros."""
+    dS = torch.zeros_like(starts[0]) if d_final is None else d_final.contiguous()
+    d_us = torch.zeros_like(us) if d_us is None else d_us.contiguous()
+    d_starts = torch.zeros_like(starts) if d_starts is None else d_starts.contiguous()
+    du = torch.empty_like(us)
+    dS_next = torch.empty_like(starts)  # the gradient of the state each chunk wrote
+    for n in range(us.shape[0] - 1, -1, -1):
+        dS_next[n] = dS
+        torch.baddbmm(d_us[n], k_t[n].transpose(-1, -2), dS, out=du[n])
+        carried = dS if decay is None else dS * decay[n]
+        dS = torch.baddbmm(d_starts[n] + carried, w[n].transpose(-1, -2), du[n], alpha=-1)
+    d_w = (du @ starts.transpose(-1, -2)).neg_()
+    d_k_t = dS_next @ us.transpose(-1, -2)
+    d_decay = None if decay is None else (dS_next * starts).sum((-1, -2), keepdim=True)
+    return du, d_w, d_k_t, d_decay, dS
 
 
 class _ChunkStates(torch.autograd.Function):
@@ -117,44 +240,15 @@ class _ChunkStates(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u0, w, k_t, decay, S0):
         with torch.autocast(u0.device.type, enabled=False):  # the state is carried in fp32
-            return _ChunkStates._forward(ctx, u0, w, k_t, decay, S0)
-
-    @staticmethod
-    def _forward(ctx, u0, w, k_t, decay, S0):
-        N = u0.shape[0]
-        starts = u0.new_empty(N, *S0.shape)
-        us = torch.empty_like(u0)
-        S = S0
-        for n in range(N):
-            starts[n] = S
-            torch.baddbmm(u0[n], w[n], S, alpha=-1, out=us[n])
-            S = torch.baddbmm(S if decay is None else S * decay[n], k_t[n], us[n])
-        ctx.save_for_backward(w, k_t, decay, starts, us)
-        return starts, us, S
+            starts, us, S = _states_forward(u0, w, k_t, decay, S0)
+            ctx.save_for_backward(w, k_t, decay, starts, us)
+            return starts, us, S
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_starts, d_us, d_final):
         with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):
-            return _ChunkStates._backward(ctx, d_starts, d_us, d_final)
-
-    @staticmethod
-    def _backward(ctx, d_starts, d_us, d_final):
-        w, k_t, decay, starts, us = ctx.saved_tensors
-        dS = torch.zeros_like(starts[0]) if d_final is None else d_final.contiguous()
-        d_us = torch.zeros_like(us) if d_us is None else d_us.contiguous()
-        d_starts = torch.zeros_like(starts) if d_starts is None else d_starts.contiguous()
-        du = torch.empty_like(us)
-        dS_next = torch.empty_like(starts)  # the gradient of the state each chunk wrote
-        for n in range(us.shape[0] - 1, -1, -1):
-            dS_next[n] = dS
-            torch.baddbmm(d_us[n], k_t[n].transpose(-1, -2), dS, out=du[n])
-            carried = dS if decay is None else dS * decay[n]
-            dS = torch.baddbmm(d_starts[n] + carried, w[n].transpose(-1, -2), du[n], alpha=-1)
-        d_w = (du @ starts.transpose(-1, -2)).neg_()
-        d_k_t = dS_next @ us.transpose(-1, -2)
-        d_decay = None if decay is None else (dS_next * starts).sum((-1, -2), keepdim=True)
-        return du, d_w, d_k_t, d_decay, dS
+            return _states_backward(*ctx.saved_tensors, d_starts, d_us, d_final)
 
 
 def _one_step(q, k, v, beta, g, scale, initial_state, output_final_state):

@@ -100,6 +100,37 @@ def test_chunk_loop_backward_passes_gradcheck(decayed, used):
     assert torch.autograd.gradcheck(loop, inputs, eps=1e-6, atol=1e-8)
 
 
+def test_ungated_written_out_backward_passes_gradcheck():
+    """The ungated path's own backward (``_DeltaChunks``: the UT inverse's gradient as two products, the
+    gradient of every use of k summed by hand) against finite differences in float64 (the kernel itself
+    computes in fp32, so the function is called directly): three chunks, keys not normalised, beta up to 2,
+    an initial state."""
+    from mixers.delta_rule_cpu import _DeltaChunks
+
+    gen = torch.Generator().manual_seed(5)
+    N, B, H, C, K, V = 3, 1, 2, 4, 3, 5
+
+    def make(*shape, scale=0.5):
+        return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_(True)
+
+    q, k, v, S0 = make(N, B, H, C, K), make(N, B, H, C, K), make(N, B, H, C, V), make(B, H, K, V)
+    beta = (2 * torch.rand(N, B, H, C, 1, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    assert torch.autograd.gradcheck(_DeltaChunks.apply, (q, k, v, beta, S0), eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("C", [1, 7, 16, 32, 64])
+def test_compiled_unit_lower_inverse_equals_the_triangular_solve(C):
+    from mixers import delta_rule_c
+
+    if not delta_rule_c.usable(torch.zeros(1)):
+        pytest.skip("no compiled inverse here")
+    a = torch.randn(37, C, C, generator=torch.Generator().manual_seed(C)) * 0.3
+    want = torch.linalg.solve_triangular(a, torch.eye(C).expand(37, C, C), upper=False, unitriangular=True)
+    got = delta_rule_c.unit_lower_inverse(a)
+    assert (got - want).abs().max() <= 1e-6 * want.abs().max()
+    assert (got.triu(1) == 0).all() and (got.diagonal(dim1=-2, dim2=-1) == 1).all()
+
+
 # ---------------------------------------------------------------- Mamba-1 scan and conv
 pytestmark_c = pytest.mark.skipif(not selective_scan_c.available(),
                                   reason=f"no compiled scan here: {selective_scan_c.unavailable_reason()}")
