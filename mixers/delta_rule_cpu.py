@@ -1,4 +1,4 @@
-"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet) in chunks, for CPU, in PyTorch (and one small compiled loop).
+"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet) in chunks, for CPU, in PyTorch.
 
 The recurrence, per head, with the state ``S`` [K, V], the log-decay ``g_t`` (0 without a gate) and ``beta_t``:
 
@@ -196,35 +196,43 @@ class _DeltaChunks(torch.autograd.Function):
 
 
 def _states_forward(u0, w, k_t, decay, S0):
-    """The loop of :class:`_ChunkStates` (see there), without autograd: (starts, us, final state)."""
+    """The loop of :class:`_ChunkStates` (see there), without autograd: (starts, us, final state). Each
+    product writes straight into the next chunk's starting state, so nothing is copied per chunk."""
     N = u0.shape[0]
     starts = u0.new_empty(N, *S0.shape)
     us = torch.empty_like(u0)
-    S = S0
+    final = torch.empty_like(S0)
+    starts[0] = S0
     for n in range(N):
-        starts[n] = S
+        S = starts[n]
         torch.baddbmm(u0[n], w[n], S, alpha=-1, out=us[n])
-        S = torch.baddbmm(S if decay is None else S * decay[n], k_t[n], us[n])
-    return starts, us, S
+        torch.baddbmm(S if decay is None else S * decay[n], k_t[n], us[n], out=starts[n + 1] if n + 1 < N else final)
+    return starts, us, final
 
 
 def _states_backward(w, k_t, decay, starts, us, d_starts, d_us, d_final):
     """The written-out backward of :class:`_ChunkStates`: (du0, dw, dk_t, d_decay, dS0); None gradients are
-    zeros."""
-    dS = torch.zeros_like(starts[0]) if d_final is None else d_final.contiguous()
+    zeros. The reverse loop writes each state's gradient straight into its slot of ``dS_next``."""
+    N = us.shape[0]
     d_us = torch.zeros_like(us) if d_us is None else d_us.contiguous()
     d_starts = torch.zeros_like(starts) if d_starts is None else d_starts.contiguous()
     du = torch.empty_like(us)
     dS_next = torch.empty_like(starts)  # the gradient of the state each chunk wrote
-    for n in range(us.shape[0] - 1, -1, -1):
-        dS_next[n] = dS
+    d_S0 = torch.empty_like(starts[0])
+    if d_final is None:
+        dS_next[N - 1].zero_()
+    else:
+        dS_next[N - 1] = d_final
+    for n in range(N - 1, -1, -1):
+        dS = dS_next[n]
         torch.baddbmm(d_us[n], k_t[n].transpose(-1, -2), dS, out=du[n])
-        carried = dS if decay is None else dS * decay[n]
-        dS = torch.baddbmm(d_starts[n] + carried, w[n].transpose(-1, -2), du[n], alpha=-1)
+        into = dS_next[n - 1] if n > 0 else d_S0
+        torch.add(d_starts[n], dS if decay is None else dS * decay[n], out=into)
+        into.baddbmm_(w[n].transpose(-1, -2), du[n], alpha=-1)
     d_w = (du @ starts.transpose(-1, -2)).neg_()
     d_k_t = dS_next @ us.transpose(-1, -2)
     d_decay = None if decay is None else (dS_next * starts).sum((-1, -2), keepdim=True)
-    return du, d_w, d_k_t, d_decay, dS
+    return du, d_w, d_k_t, d_decay, d_S0
 
 
 class _ChunkStates(torch.autograd.Function):
