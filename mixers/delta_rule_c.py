@@ -62,10 +62,12 @@ def usable(a: torch.Tensor) -> bool:
     return a.device.type == "cpu" and a.dtype == torch.float32 and _LIBRARY.get() is not None
 
 
-def unit_lower_inverse(a: torch.Tensor) -> torch.Tensor:
-    """``(I + strictly-lower(a))^-1`` for ``a`` [..., C, C] float32 on the CPU (see :func:`usable`); no autograd."""
+def unit_lower_inverse(a: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``(I + strictly-lower(a))^-1`` for ``a`` [..., C, C] float32 on the CPU (see :func:`usable`), into ``out``
+    (contiguous, a's shape) when given; no autograd."""
     a = a.detach().contiguous()
-    t = torch.empty_like(a)
+    t = torch.empty_like(a) if out is None else out
+    assert t.shape == a.shape and t.is_contiguous() and t.dtype == a.dtype
     C = a.shape[-1]
     _LIBRARY.get().unit_lower_inverse(a.numel() // (C * C) if C else 0, C, pointer(a), pointer(t))
     return t

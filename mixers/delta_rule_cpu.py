@@ -22,10 +22,11 @@ Rule over Sequence Length"), so almost all the work is batched matrix products o
   and their bookkeeping per chunk;
 * the outputs are then one batched product for all chunks: ``(Q exp(G)) S_n + tril(Q K^T * D) U``.
 
-Without a gate (DeltaNet) the whole chunk computation is one autograd function (:class:`_DeltaChunks`) with a
-written-out backward: the inverse's gradient ``-T^T dT T^T`` as two products where autograd would solve again,
-and no copies, masks or gradient sums around each use of the keys. The gated path (Gated DeltaNet) goes
-through autograd, its decays included.
+Without a gate (DeltaNet) the whole computation is one autograd function (:class:`_DeltaChunks`) that runs
+chunk after chunk, each chunk's products in cache, with a written-out backward: the inverse's gradient
+``-T^T dT T^T`` as two products where autograd would solve again, and no copies, masks or gradient sums around
+each use of the keys. The gated path (Gated DeltaNet) goes through autograd over all chunks at once, its decays
+included.
 
 Every tensor is laid out chunk-major, [chunks, B, H, C, ...] and contiguous, so each batched product is one BLAS
 call over contiguous matrices and each chunk of the loop is a contiguous slice (strided batches make torch fall
@@ -100,6 +101,16 @@ def _unit_lower_inverse(kk: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve_triangular(kk, eye, upper=False, unitriangular=True)
 
 
+def _unit_lower_inverse_into(kk: torch.Tensor, out: torch.Tensor) -> None:
+    """:func:`_unit_lower_inverse` (no autograd) written into ``out``."""
+    from mixers import delta_rule_c
+
+    if delta_rule_c.usable(kk):
+        delta_rule_c.unit_lower_inverse(kk, out)
+    else:
+        out.copy_(_unit_lower_inverse(kk))
+
+
 def _gated_chunks(q, k, v, beta, g, S0):
     """The gated delta rule over chunk-major inputs (``q`` already scaled; ``g`` [N, B, H, C]), through
     autograd: the within-chunk decays ``D_ts = exp(G_t - G_s)`` scale the key and query products, reads see the
@@ -127,15 +138,18 @@ def _gated_chunks(q, k, v, beta, g, S0):
 
 
 class _DeltaChunks(torch.autograd.Function):
-    """The delta rule without a gate over chunk-major inputs, with a written-out backward.
+    """The delta rule without a gate over chunk-major inputs, chunk after chunk, with a written-out backward.
 
     ``q`` (already scaled), ``k`` [N, B, H, C, K], ``v`` [N, B, H, C, V], ``beta`` [N, B, H, C, 1], all
     contiguous fp32; ``S0`` [B, H, K, V]. Returns ``o`` [N, B, H, C, V] and the final state [B * H, K, V].
-    Forward: ``T = (I + tril(kb k^T, -1))^-1`` (kb = beta k), ``u0 = T (beta v)``, ``w = T kb``, the chunk loop,
-    then ``o = q S_n + tril(q k^T) u``. The backward runs the same products in reverse, with the inverse's
-    gradient ``dA = -T^T dT T^T`` as two products (autograd solves a triangular system again, slower at
-    these sizes) and no copies, masks or gradient sums that autograd would add around each use of ``k``;
-    at preset quick's shapes the layer's delta rule takes ~25% less time forward + backward
+    Per chunk n: ``T = (I + tril(kb k^T, -1))^-1`` (kb = beta k), ``w = T kb``, ``u = T (beta v) - w S_n``,
+    ``S_{n+1} = S_n + k^T u``, ``o = q S_n + tril(q k^T) u``; the backward walks the chunks in reverse with the
+    same products transposed, the inverse's gradient being ``dA = -T^T dT T^T``.
+
+    Why chunk by chunk: at these sizes (32 x 32 per head) a product over all chunks at once is bound by memory
+    traffic, three 2 MB tensors per call at preset quick, while one chunk's [B * H] matrices (256 KB each)
+    stay in cache through all of its products. Why a written-out backward: autograd would solve a triangular
+    system again for the inverse, and add copies, masks and gradient sums around every use of the keys
     (docs/cpu_kernels.md)."""
 
     @staticmethod
@@ -143,56 +157,66 @@ class _DeltaChunks(torch.autograd.Function):
         with torch.autocast(q.device.type, enabled=False):
             N, B, H, C, K = k.shape
             Vd, M = v.shape[-1], B * H
+            q, k, v, beta = (t.view(N, M, C, t.shape[-1]) for t in (q, k, v, beta))
             k_beta, v_beta = k * beta, v * beta
-            ut = _unit_lower_inverse(k_beta @ k.transpose(-1, -2))
-            u0, w = (ut @ v_beta).view(N, M, C, Vd), (ut @ k_beta).view(N, M, C, K)
-            qk = (q @ k.transpose(-1, -2)).tril_()
-            k_t = k.transpose(-1, -2).reshape(N, M, K, C)  # the written keys, transposed: a contiguous copy
-            starts, us, S = _states_forward(u0, w, k_t, None, S0.reshape(M, K, Vd).contiguous())
-            o = q @ starts.view(N, B, H, K, Vd)
-            o.view(-1, C, Vd).baddbmm_(qk.view(-1, C, C), us.view(-1, C, Vd))
-            ctx.save_for_backward(q, k, v, beta, k_beta, v_beta, ut, qk, w, k_t, starts, us)
-            return o, S
+            k_t = k.transpose(-1, -2).contiguous()  # [N, M, K, C]: transposed operands multiply slower
+            ut, qk = k.new_empty(N, M, C, C), k.new_empty(N, M, C, C)
+            w, us, o = torch.empty_like(k), torch.empty_like(v), torch.empty_like(v)
+            starts, final = k.new_empty(N, M, K, Vd), k.new_empty(M, K, Vd)
+            starts[0] = S0.reshape(M, K, Vd)
+            for n in range(N):
+                S = starts[n]
+                _unit_lower_inverse_into(torch.bmm(k_beta[n], k_t[n]), ut[n])
+                torch.bmm(ut[n], k_beta[n], out=w[n])
+                torch.baddbmm(torch.bmm(ut[n], v_beta[n]), w[n], S, alpha=-1, out=us[n])
+                torch.baddbmm(S, k_t[n], us[n], out=starts[n + 1] if n + 1 < N else final)
+                torch.bmm(q[n], k_t[n], out=qk[n]).tril_()
+                torch.bmm(q[n], S, out=o[n]).baddbmm_(qk[n], us[n])
+            ctx.save_for_backward(q, k, v, beta, k_beta, v_beta, ut, qk, w, starts, us)
+            ctx.heads = (B, H)
+            return o.view(N, B, H, C, Vd), final
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, d_o, d_S):
+    def backward(ctx, d_o, d_final):
         with torch.autocast(d_o.device.type, enabled=False):
-            return _DeltaChunks._backward(ctx, d_o, d_S)
+            return _DeltaChunks._backward(ctx, d_o, d_final)
 
     @staticmethod
-    def _backward(ctx, d_o, d_S):
-        q, k, v, beta, k_beta, v_beta, ut, qk, w, k_t, starts, us = ctx.saved_tensors
-        N, B, H, C, K = k.shape
-        Vd, M = v.shape[-1], B * H
+    def _backward(ctx, d_o, d_final):
+        q, k, v, beta, k_beta, v_beta, ut, qk, w, starts, us = ctx.saved_tensors
+        N, M, C, K = k.shape
+        Vd = v.shape[-1]
 
-        def flat(t: torch.Tensor) -> torch.Tensor:  # [..., r, c] -> [batch, r, c] (a view of contiguous t)
-            return t.reshape(-1, *t.shape[-2:])
+        def tr(t: torch.Tensor) -> torch.Tensor:
+            return t.transpose(-1, -2)
 
-        d_o = flat(torch.zeros_like(us) if d_o is None else d_o.contiguous())
-        q3, k3, qk3, ut3 = flat(q), flat(k), flat(qk), flat(ut)
-        # o = q S_n + P u, P = tril(q k^T)
-        d_us = qk3.transpose(1, 2) @ d_o
-        d_starts = q3.transpose(1, 2) @ d_o
-        d_qk = (d_o @ flat(us).transpose(1, 2)).tril_()
-        d_q = (d_o @ flat(starts).transpose(1, 2)).baddbmm_(d_qk, k3)
-        d_k = d_qk.transpose(1, 2) @ q3
-        # the chunk loop
-        du0, d_w, d_k_t, _, d_S0 = _states_backward(w, k_t, None, starts, us, d_starts.view(N, M, K, Vd),
-                                                    d_us.view(N, M, C, Vd), d_S)
-        d_k += flat(d_k_t).transpose(1, 2)
-        du0, d_w = flat(du0), flat(d_w)
-        # u0 = T (beta v), w = T kb; T = (I + A)^-1 with A the strictly lower part of kb k^T
-        d_ut = (du0 @ flat(v_beta).transpose(1, 2)).baddbmm_(d_w, flat(k_beta).transpose(1, 2))
-        d_v_beta = ut3.transpose(1, 2) @ du0
-        d_k_beta = ut3.transpose(1, 2) @ d_w
-        d_kk = (ut3.transpose(1, 2) @ (d_ut @ ut3.transpose(1, 2))).neg_().tril_(-1)
-        d_k_beta.baddbmm_(d_kk, k3)
-        d_k.baddbmm_(d_kk.transpose(1, 2), flat(k_beta))
-        d_k_beta, d_v_beta = d_k_beta.view_as(k), d_v_beta.view_as(v)
-        d_k = d_k.view_as(k).addcmul_(d_k_beta, beta)
+        d_o = torch.zeros_like(us) if d_o is None else d_o.reshape(N, M, C, Vd).contiguous()
+        dS = torch.zeros_like(starts[0]) if d_final is None else d_final.contiguous().clone()  # of S_{n+1}
+        d_q, d_k, d_k_beta = (torch.empty_like(k) for _ in range(3))
+        d_v_beta = torch.empty_like(v)
+        for n in range(N - 1, -1, -1):
+            S, g = starts[n], d_o[n]
+            # o = q S_n + P u with P = tril(q k^T); S_{n+1} = S_n + k^T u
+            d_u = torch.bmm(tr(qk[n]), g).baddbmm_(k[n], dS)
+            d_qk = torch.bmm(g, tr(us[n])).tril_()
+            torch.bmm(g, tr(S), out=d_q[n]).baddbmm_(d_qk, k[n])
+            torch.bmm(tr(d_qk), q[n], out=d_k[n]).baddbmm_(us[n], tr(dS))
+            # u = u0 - w S_n: the state's gradient before this chunk
+            d_w = torch.bmm(d_u, tr(S)).neg_()
+            dS.baddbmm_(tr(q[n]), g).baddbmm_(tr(w[n]), d_u, alpha=-1)
+            # u0 = T (beta v), w = T kb, T = (I + A)^-1 with A the strictly lower part of kb k^T
+            d_T = torch.bmm(d_u, tr(v_beta[n])).baddbmm_(d_w, tr(k_beta[n]))
+            torch.bmm(tr(ut[n]), d_u, out=d_v_beta[n])
+            torch.bmm(tr(ut[n]), d_w, out=d_k_beta[n])
+            d_A = torch.bmm(tr(ut[n]), torch.bmm(d_T, tr(ut[n]))).neg_().tril_(-1)
+            d_k_beta[n].baddbmm_(d_A, k[n])
+            d_k[n].baddbmm_(tr(d_A), k_beta[n])
+        d_k.addcmul_(d_k_beta, beta)
         d_beta = (d_k_beta * k).sum(-1, keepdim=True) + (d_v_beta * v).sum(-1, keepdim=True)
-        return d_q.view_as(q), d_k, d_v_beta * beta, d_beta, d_S0.view(B, H, K, Vd)
+        B, H = ctx.heads
+        return tuple(t.view(N, B, H, *t.shape[2:]) for t in (d_q, d_k, d_v_beta * beta, d_beta)) + (
+            dS.view(B, H, K, Vd),)
 
 
 def _states_forward(u0, w, k_t, decay, S0):
