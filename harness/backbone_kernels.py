@@ -105,7 +105,10 @@ def _usable(compiled: bool | None, *tensors: torch.Tensor) -> bool:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, compiled: bool | None = None) -> torch.Tensor:
-    """``(x * rsqrt(mean(x^2, -1) + eps)) * weight``, computed in fp32 and returned in x's dtype times weight's."""
+    """``(x * rsqrt(mean(x^2, -1) + eps)) * weight``: normalised in fp32, then cast to x's dtype and scaled by
+    ``weight`` [x.shape[-1]] (the C loop reads exactly that many weights, so any other shape is an error)."""
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"rms_norm: weight of shape {tuple(weight.shape)} for inputs of shape {tuple(x.shape)}")
     if _usable(compiled, x, weight):
         return _RMSNorm.apply(x, weight, eps)
     xf = x.float()

@@ -65,6 +65,8 @@ def test_a_nan_reaches_only_its_own_row_and_position(compiled):
 
 
 def test_bad_inputs_are_errors():
+    with pytest.raises(ValueError, match="weight of shape"):
+        bk.rms_norm(torch.randn(3, 4), torch.ones(8), 1e-5)
     with pytest.raises(ValueError, match="of one shape"):
         bk.silu_mul(torch.randn(3, 5), torch.randn(3, 4))
     with pytest.raises(ValueError, match="compiled backbone layers"):
