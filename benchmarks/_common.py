@@ -51,3 +51,16 @@ def fmt_ratio(ratio) -> str:
     """``median [low, high]`` of a :class:`harness.timing.Ratio` (bootstrap over paired rounds)."""
     iv = ratio.interval
     return f"{ratio.median:.2f} [{iv.low:.2f}, {iv.high:.2f}]" if iv is not None else f"{ratio.median:.2f}"
+
+
+def compare_steps(title: str, candidates, rounds: int) -> None:
+    """Time training-step candidates interleaved and print each one's s/step and its ratio to the first."""
+    from harness.timing import interleaved
+
+    start = machine_line()
+    timings = interleaved(candidates, rounds)
+    print(f"\n{title}")
+    print(f"at start: {start}\nat end:   load average {load_average()}")
+    first = candidates[0].name
+    for c in candidates:
+        print(f"{c.name:<16}{timings.median(c.name):>8.3f} s/step{fmt_ratio(timings.ratio(c.name, first)):>22}")

@@ -98,15 +98,10 @@ def whole_step(args, backbone, batch) -> None:
 
         return run
 
-    start = _common.machine_line()
-    timings = interleaved([Candidate("torch paths", step(plain_model, plain_opt, torch_paths)),
+    _common.compare_steps(f"training step of {args.mixer} at preset {args.preset} ({batch} x {backbone.context} tokens)",
+                          [Candidate("torch paths", step(plain_model, plain_opt, torch_paths)),
                            Candidate("as shipped", step(shipped_model, shipped_opt, contextlib.nullcontext))],
                           args.rounds)
-    print(f"\ntraining step of {args.mixer} at preset {args.preset} ({batch} x {backbone.context} tokens)")
-    print(f"at start: {start}\nat end:   load average {_common.load_average()}")
-    for name in ("torch paths", "as shipped"):
-        print(f"{name:<16}{timings.median(name):>8.3f} s/step{_common.fmt_ratio(timings.ratio(name, 'torch paths')):>22}")
-
 
 if __name__ == "__main__":
     main()

@@ -86,15 +86,10 @@ def whole_step(args, backbone, batch) -> None:
         logits, _ = model(tokens[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), ignore_index=IGNORE_INDEX)
 
-    start = _common.machine_line()
-    timings = interleaved([Candidate("logits path", step(logits_loss)),
+    _common.compare_steps(f"training step of {args.mixer} at preset {args.preset} ({batch} x {backbone.context} tokens)",
+                          [Candidate("logits path", step(logits_loss)),
                            Candidate("fused head", step(lambda: lm_loss(model, tokens[:, :-1], tokens[:, 1:])))],
                           args.rounds)
-    print(f"\ntraining step of {args.mixer} at preset {args.preset} ({batch} x {backbone.context} tokens)")
-    print(f"at start: {start}\nat end:   load average {_common.load_average()}")
-    for name in ("logits path", "fused head"):
-        print(f"{name:<16}{timings.median(name):>8.3f} s/step{_common.fmt_ratio(timings.ratio(name, 'logits path')):>22}")
-
 
 if __name__ == "__main__":
     main()
