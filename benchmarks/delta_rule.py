@@ -1,5 +1,6 @@
 """The delta rule on CPU, side by side: fla's naive recurrence and naive chunkwise op against mixbench's chunked
-kernel (``mixers.delta_rule_cpu``), then the DeltaNet layer per kernel, forward + backward.
+kernel (``mixers.delta_rule_cpu``), then the DeltaNet layer per kernel, forward + backward. With ``--gated``, the
+gated delta rule (log-decays in [-1, 0)) and the Gated DeltaNet layer.
 
 Shapes: the quick preset's DeltaNet (4 heads of 32, d_model 128), B * T = 4096 tokens per call, T in {256, 1024,
 4096} by default. Every view is timed by :func:`harness.timing.interleaved` (rounds alternate, warm-up until
@@ -31,14 +32,18 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--recurrent-max", type=int, default=1024, help="longest T for the token-by-token op")
+    parser.add_argument("--gated", action="store_true", help="the gated delta rule and Gated DeltaNet")
     args = parser.parse_args()
     torch.set_flush_denormal(True)
     _fla_routing.install()
     from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
+    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
     H, K = args.heads, args.head_dim
     start = _common.machine_line()
-    print(f"forward + backward, {H} heads of {K}, {args.tokens} tokens per call; {args.rounds} interleaved rounds")
+    rule = "gated delta rule" if args.gated else "delta rule"
+    print(f"{rule}, forward + backward, {H} heads of {K}, {args.tokens} tokens per call; {args.rounds} interleaved "
+          "rounds")
     print(f"at start: {start}")
     for T in (int(t) for t in args.lengths.split(",")):
         B = max(1, args.tokens // T)
@@ -49,7 +54,9 @@ def main() -> None:
             k = F.normalize(torch.randn(B, T, H, K, generator=gen), dim=-1).requires_grad_(True)
             v = torch.randn(B, T, H, K, generator=gen, requires_grad=True)
             beta = torch.rand(B, T, H, generator=gen).requires_grad_(True)
-            return q, k, v, beta
+            if not args.gated:
+                return q, k, v, beta
+            return q, k, v, beta, (-torch.rand(B, T, H, generator=gen)).requires_grad_(True)
 
         grad = torch.randn(B, T, H, K, generator=gen)
 
@@ -60,15 +67,25 @@ def main() -> None:
 
             return run
 
-        ops = {
-            "fla naive chunkwise": head_first(lambda q, k, v, b: delta_rule_chunkwise(q, k, v, b, chunk_size=16)),
-            "mixbench chunk": lambda x: chunk_delta_rule(*x, scale=K**-0.5)[0].backward(grad),
-        }
+        if args.gated:  # fla's gated ops take [B, T, H, K] and g before beta
+            ops = {
+                "fla naive chunkwise": lambda x: naive_chunk_gated_delta_rule(
+                    x[0], x[1], x[2], x[4], x[3], chunk_size=16, scale=K**-0.5)[0].backward(grad),
+                "mixbench chunk": lambda x: chunk_delta_rule(*x, scale=K**-0.5)[0].backward(grad),
+            }
+            recurrence = lambda x: naive_recurrent_gated_delta_rule(  # noqa: E731
+                x[0], x[1], x[2], x[3], x[4], scale=K**-0.5)[0].backward(grad)
+        else:
+            ops = {
+                "fla naive chunkwise": head_first(lambda q, k, v, b: delta_rule_chunkwise(q, k, v, b, chunk_size=16)),
+                "mixbench chunk": lambda x: chunk_delta_rule(*x, scale=K**-0.5)[0].backward(grad),
+            }
+            recurrence = head_first(lambda q, k, v, b: delta_rule_recurrence(q, k, v, b))
         if T <= args.recurrent_max:
-            ops = {"fla recurrence": head_first(lambda q, k, v, b: delta_rule_recurrence(q, k, v, b)), **ops}
+            ops = {"fla recurrence": recurrence, **ops}
         op_t = interleaved([Candidate(n, f, inputs) for n, f in ops.items()], args.rounds)
 
-        entry = MIXERS.get("deltanet")
+        entry = MIXERS.get("gated-deltanet" if args.gated else "deltanet")
         layer = entry.cls(entry.make_config({"num_heads": H}), H * K, 1, 4)
         x = torch.randn(B, T, H * K, generator=gen, requires_grad=True)
         layer_grad = torch.randn_like(x)

@@ -76,36 +76,20 @@ def test_chunked_delta_rule_stays_finite_under_steep_decay():
     assert rel(o.detach(), ref.detach()) <= 1e-5
 
 
-@pytest.mark.parametrize("decayed", [False, True])
+@pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("used", ["all", "final state only", "outputs only"])
-def test_chunk_loop_backward_passes_gradcheck(decayed, used):
-    """The loop's written-out backward against finite differences in float64, with every output used, or only
-    some (autograd then passes None for the others)."""
-    from mixers.delta_rule_cpu import _ChunkStates
-
-    gen = torch.Generator().manual_seed(3)
-    N, M, C, K, V = 3, 2, 4, 3, 5
-
-    def make(*shape, scale=0.5):
-        return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_(True)
-
-    u0, w, k_t, S0 = make(N, M, C, V), make(N, M, C, K), make(N, M, K, C), make(M, K, V)
-    decay = torch.rand(N, M, 1, 1, generator=gen, dtype=torch.float64).requires_grad_(True) if decayed else None
-
-    def loop(u0, w, k_t, S0, *decay):
-        starts, us, final = _ChunkStates.apply(u0, w, k_t, decay[0] if decay else None, S0)
-        return {"all": (starts, us, final), "final state only": (final,), "outputs only": (starts, us)}[used]
-
-    inputs = (u0, w, k_t, S0) + ((decay,) if decayed else ())
-    assert torch.autograd.gradcheck(loop, inputs, eps=1e-6, atol=1e-8)
-
-
-def test_ungated_written_out_backward_passes_gradcheck():
-    """The ungated path's own backward (``_DeltaChunks``: the UT inverse's gradient as two products, the
-    gradient of every use of k summed by hand) against finite differences in float64 (the kernel itself
-    computes in fp32, so the function is called directly): three chunks, keys not normalised, beta up to 2,
-    an initial state."""
+@pytest.mark.parametrize("per_block", [2, 4, 64])
+def test_written_out_backward_passes_gradcheck(gated, used, per_block, monkeypatch):
+    """The kernel's own backward (``_DeltaChunks``: the UT inverse's gradient as two products, the gradient of
+    every use of k summed by hand, the log-decays' share of every decayed factor) against finite differences in
+    float64 (the kernel itself computes in fp32, so the function is called directly): three chunks of two
+    matrices each, in blocks of one chunk, of two and one, or all three; keys not normalised, beta up to 2,
+    log-decays in [-1.5, 0], an initial state, and every output used or only some (autograd then passes None
+    for the others)."""
+    from mixers import delta_rule_cpu
     from mixers.delta_rule_cpu import _DeltaChunks
+
+    monkeypatch.setattr(delta_rule_cpu, "MATRICES_PER_BLOCK", per_block)
 
     gen = torch.Generator().manual_seed(5)
     N, B, H, C, K, V = 3, 1, 2, 4, 3, 5
@@ -115,7 +99,14 @@ def test_ungated_written_out_backward_passes_gradcheck():
 
     q, k, v, S0 = make(N, B, H, C, K), make(N, B, H, C, K), make(N, B, H, C, V), make(B, H, K, V)
     beta = (2 * torch.rand(N, B, H, C, 1, generator=gen, dtype=torch.float64)).requires_grad_(True)
-    assert torch.autograd.gradcheck(_DeltaChunks.apply, (q, k, v, beta, S0), eps=1e-6, atol=1e-8)
+    g = (-1.5 * torch.rand(N, B, H, C, generator=gen, dtype=torch.float64)).requires_grad_(True)
+
+    def kernel(q, k, v, beta, S0, *g):
+        o, final = _DeltaChunks.apply(q, k, v, beta, g[0] if g else None, S0)
+        return {"all": (o, final), "final state only": (final,), "outputs only": (o,)}[used]
+
+    inputs = (q, k, v, beta, S0) + ((g,) if gated else ())
+    assert torch.autograd.gradcheck(kernel, inputs, eps=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("C", [1, 7, 16, 32, 64])
