@@ -68,19 +68,17 @@ def main() -> None:
             return run
 
         if args.gated:  # fla's gated ops take [B, T, H, K] and g before beta
-            ops = {
-                "fla naive chunkwise": lambda x: naive_chunk_gated_delta_rule(
-                    x[0], x[1], x[2], x[4], x[3], chunk_size=16, scale=K**-0.5)[0].backward(grad),
-                "mixbench chunk": lambda x: chunk_delta_rule(*x, scale=K**-0.5)[0].backward(grad),
-            }
+            naive = lambda x: naive_chunk_gated_delta_rule(  # noqa: E731
+                x[0], x[1], x[2], x[4], x[3], chunk_size=16, scale=K**-0.5)[0].backward(grad)
             recurrence = lambda x: naive_recurrent_gated_delta_rule(  # noqa: E731
                 x[0], x[1], x[2], x[3], x[4], scale=K**-0.5)[0].backward(grad)
         else:
-            ops = {
-                "fla naive chunkwise": head_first(lambda q, k, v, b: delta_rule_chunkwise(q, k, v, b, chunk_size=16)),
-                "mixbench chunk": lambda x: chunk_delta_rule(*x, scale=K**-0.5)[0].backward(grad),
-            }
+            naive = head_first(lambda q, k, v, b: delta_rule_chunkwise(q, k, v, b, chunk_size=16))
             recurrence = head_first(lambda q, k, v, b: delta_rule_recurrence(q, k, v, b))
+        ops = {
+            "fla naive chunkwise": naive,
+            "mixbench chunk": lambda x: chunk_delta_rule(*x, scale=K**-0.5)[0].backward(grad),
+        }
         if T <= args.recurrent_max:
             ops = {"fla recurrence": recurrence, **ops}
         op_t = interleaved([Candidate(n, f, inputs) for n, f in ops.items()], args.rounds)

@@ -65,6 +65,27 @@ def test_chunked_delta_rule_equals_fla_recurrence(gated, with_state, T, chunk):
         assert rel(a, b) <= 1e-5, name
 
 
+@pytest.mark.parametrize("gated", [False, True])
+def test_chunked_delta_rule_in_blocks_of_one_chunk_equals_fla_recurrence(gated, monkeypatch):
+    """Blocks of one chunk each (6 matrices per chunk here): the block loop's seams, in fp32, against fla's
+    recurrence, outputs, final state and every gradient, over five chunks and a ragged last one."""
+    from mixers import delta_rule_cpu
+
+    monkeypatch.setattr(delta_rule_cpu, "MATRICES_PER_BLOCK", 6)
+    x = delta_inputs(75, gated, with_state=True)
+    leaves = [t for t in x.values() if t is not None]
+    results = []
+    for fn in (lambda: fla_reference(x, 0.3),
+               lambda: chunk_delta_rule(x["q"], x["k"], x["v"], x["beta"], x["g"], scale=0.3,
+                                        initial_state=x["h0"], output_final_state=True, chunk_size=16)):
+        o, S = fn()
+        grads = torch.autograd.grad(o.sin().sum() + S.square().sum(), leaves)
+        results.append([o.detach(), S.detach(), *grads])
+    assert len(delta_rule_cpu._blocks(5, 6)) == 5
+    for a, b in zip(results[1], results[0]):
+        assert rel(a, b) <= 1e-5
+
+
 def test_chunked_delta_rule_stays_finite_under_steep_decay():
     """Log-decays of -200 per step: exp(-G) would overflow; the kernel only ever exponentiates G_t - G_s <= 0."""
     x = delta_inputs(50, gated=True, with_state=False)
