@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 
 from mixers import parity

@@ -26,6 +26,7 @@ import json
 import sys
 import time
 
+import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 from torch import nn
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 
+import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 
+import _common
 from harness.timing import Candidate, Timings, interleaved
 from mixers import protot_c
 from mixers.attention import Attention, AttentionConfig
@@ -33,10 +34,6 @@ from mixers.protot import ProtoT, ProtoTConfig
 from mixers.protot_kernels import KERNELS, chunked_flops
 
 PEAK_N = 1024
-
-
-def load_average() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def kernel_candidate(name: str, kernel: str, B: int, T: int, R: int, m: int, betas: torch.Tensor,
@@ -121,9 +118,7 @@ def main() -> None:
     attention = Attention(AttentionConfig(n_heads=4), d, layer_idx=2, n_layers=6)
     attention.set_kernel("sdpa")
 
-    print(f"ProtoT kernels, forward+backward, B={B} d={d} R={R} m={m}; {torch.get_num_threads()} threads, "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}; "
-          f"load average {load_average()} at start")
+    print(f"ProtoT kernels, forward+backward, B={B} d={d} R={R} m={m}; {_common.machine_line()} at start")
     print(f"medians of {args.repeats} interleaved rounds; [95% bootstrap intervals over rounds of per-round ratios]")
     kernel_table = [f"{'T':>6} {'kernel':<18} {'ms':>10} {'GFLOP/s':>9} {'of matmul peak':>18} "
                     f"{'recurrent / this':>24}"]
@@ -145,11 +140,11 @@ def main() -> None:
                              repeats=args.repeats)
         layer_table.append(f"{T:>6} {layers.median('protot') * 1e3:16.1f} {layers.median('attention') * 1e3:13.1f} "
                            f"{fmt(layers.ratio('protot', 'attention')):>24}")
-        print(f"  T={T} done, load average {load_average()}", flush=True)
+        print(f"  T={T} done, load average {_common.load_average()}", flush=True)
     print("\n".join(kernel_table))
     print()
     print("\n".join(layer_table))
-    print(f"load average {load_average()} at end")
+    print(f"load average {_common.load_average()} at end")
 
 
 if __name__ == "__main__":

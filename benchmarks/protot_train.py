@@ -13,10 +13,11 @@ chunked kernel, attention's T^2 products), so it understates both a little.
 from __future__ import annotations
 
 import argparse
-import os
 
+import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 
+import _common
 from harness.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec, get_preset
 from harness.timing import Candidate, interleaved
@@ -58,10 +59,8 @@ def main() -> None:
     tokens = batch * backbone.context
     a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
     steps = [step_candidate(name, backbone, batch) for name in args.mixers.split(",")]
-    load = "/".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"preset {args.preset}: d_model {backbone.d_model}, {backbone.n_layers} layers, context {backbone.context}, "
-          f"batch {batch}, vocab {backbone.vocab_size}; {torch.get_num_threads()} threads, "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; load average {load} at start")
+          f"batch {batch}, vocab {backbone.vocab_size}; {_common.machine_line()} at start")
     timings = interleaved([Candidate("matmul", lambda _: a @ b), *(c for c, _ in steps)], repeats=args.rounds)
     peak = 2 * PEAK_N**3 / timings.median("matmul")
     print(f"dense fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (median of {args.rounds} interleaved rounds)")
@@ -77,7 +76,7 @@ def main() -> None:
               f"{frac_s:>26}")
     for note in timings.notes:
         print("note:", note)
-    print(f"load average {'/'.join(f'{x:.2f}' for x in os.getloadavg())} at end")
+    print(f"load average {_common.load_average()} at end")
 
 
 if __name__ == "__main__":

@@ -146,8 +146,23 @@ def choose_threading_policy() -> None:
     """
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return
+    if openmp_loaded():
+        # too late: the runtime has read its settings. Setting the variable now would change nothing but the
+        # record (threading_policy would report a spin count the process never used), so the default stays.
+        return
     os.environ["GOMP_SPINCOUNT"] = SINGLE_PROCESS_SPINCOUNT
     os.environ[_SPIN_SET_BY_MIXBENCH] = "1"  # so workers can tell it from a user's setting
+
+
+def openmp_loaded() -> bool:
+    """Whether this process has already loaded an OpenMP runtime (torch's libgomp), which reads its wait policy
+    once, when it loads: a script that imports torch before mixbench runs under the runtime's default."""
+    if "torch" in sys.modules:
+        return True
+    try:
+        return "libgomp" in Path("/proc/self/maps").read_text()
+    except OSError:  # no /proc (not Linux): torch not imported is the best evidence there is
+        return False
 
 
 def worker_environment(threads: int) -> dict[str, str]:

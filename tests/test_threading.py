@@ -19,10 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 _VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MIXBENCH_SET_GOMP_SPINCOUNT")
 
 
-def descriptor_in_fresh_process(**env: str) -> dict:
-    """``device_descriptor('cpu')`` and the environment as a new process (importing mixbench first) sees them."""
+def descriptor_in_fresh_process(first: str = "harness, torch", **env: str) -> dict:
+    """``device_descriptor('cpu')`` and the environment as a new process sees them, importing ``first`` first."""
     code = (
-        "import json, os, harness, torch\n"
+        f"import json, os, {first}\n"
         "from harness.provenance import device_descriptor\n"
         "print(json.dumps({'descriptor': device_descriptor('cpu'), 'env': {k: os.environ.get(k) for k in %r}}))\n"
     ) % (_VARS,)
@@ -39,6 +39,15 @@ def test_a_single_process_spins_briefly_and_records_it():
     d = seen["descriptor"]
     assert d["omp_wait_policy"] == "default" and d["gomp_spincount"] == "30000"
     assert d["threads"] >= 1 and d["interop_threads"] >= 1 and len(json.dumps(d)) < 300  # small: part of a run key
+
+
+def test_torch_loaded_first_keeps_its_default_and_the_record_says_so():
+    # OpenMP read its settings when torch loaded: a spin count set afterwards would be recorded but never used
+    seen = descriptor_in_fresh_process(first="torch, harness")
+    assert seen["env"]["GOMP_SPINCOUNT"] is None
+    d = seen["descriptor"]
+    assert d["omp_wait_policy"] == "default" and d["gomp_spincount"] == "default"
+    assert d != descriptor_in_fresh_process()["descriptor"]
 
 
 def test_a_users_policy_wins_and_is_part_of_the_identity():
