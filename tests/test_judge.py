@@ -761,3 +761,18 @@ def test_local_judge_server_returns_probabilities_and_stops_on_interrupt(tmp_pat
         assert probs is not None and probs.a + probs.b + probs.tie == pytest.approx(1.0)
         assert math.exp(reply.tokens[0].logprob) <= 1.0
     assert proc.poll() is not None and server.start_seconds is not None  # stopped, not orphaned
+
+
+def test_a_server_binary_that_dies_of_an_illegal_instruction_is_named_as_such(tmp_path, monkeypatch):
+    """A llama-server compiled for instructions this CPU lacks dies of SIGILL before /health answers (the wheel
+    built for Sapphire Rapids on an AMD Zen 4 host did); the error says so instead of a bare status -4."""
+    from harness.llm_judge import LocalJudge
+
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\nkill -ILL $$\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("MIXBENCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("MIXBENCH_LLAMA_SERVER", str(binary))
+    with pytest.raises(MixbenchError, match=r"status -4 .*SIGILL.*CPU instructions this machine lacks"):
+        with LocalJudge(progress=False, start_timeout_s=30):
+            pass

