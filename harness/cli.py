@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixers", default=None, help="comma-separated mixer names (default: the quickstart's)")
     p.add_argument("--suites", default="perplexity", help="comma-separated suite names (default: perplexity)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
+    controls = p.add_mutually_exclusive_group()
+    controls.add_argument("--controls", default=None, metavar="NAMES",
+                          help="controls trained and scored beside the mixers (default: every registered control; "
+                               "docs/controls.md)")
+    controls.add_argument("--no-controls", action="store_true", help="train no controls (the board then cannot say "
+                                                                     "whether a column measures mixing)")
     _training_args(p)
     p.add_argument("plan", nargs="?", default=None, help="a plan file (YAML) instead of the grid options")
     p.add_argument("--keep-going", action="store_true", help="run the other jobs when one fails (exit 1 at the end)")
@@ -222,8 +228,6 @@ def _train_overrides(args: argparse.Namespace) -> dict:
 
 
 def cmd_mixers(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from harness.registry import MIXERS
     from harness.values import describe_fields
 
@@ -232,14 +236,29 @@ def cmd_mixers(args: argparse.Namespace) -> int:
         print(f"{entry.name} config (--mixer-config KEY=VALUE, or mixers: {{{entry.name}: {{...}}}} in a plan):")
         print("\n".join(describe_fields(entry.config_cls)))
         return 0
-    for entry in MIXERS.entries():
-        fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(entry.config_cls))
-        print(f"{entry.name}")
-        print(f"  kernels:      {', '.join(entry.cls.kernels)} (reference: {entry.cls.kernels[0]})")
-        print(f"  capabilities: {', '.join(entry.cls.capabilities())}")
-        print(f"  config:       {fields or '(none)'}")
-        print(f"  source:       {entry.source}")
+    entries = MIXERS.entries()
+    for entry in [e for e in entries if not e.cls.control]:
+        _describe_mixer(entry)
+    controls = [e for e in entries if e.cls.control]
+    if controls:
+        print("\ncontrols (trained and scored beside the mixers of every grid, never ranked; docs/controls.md):")
+    for entry in controls:
+        _describe_mixer(entry)
     return 0
+
+
+def _describe_mixer(entry) -> None:
+    import dataclasses
+
+    fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(entry.config_cls))
+    kind = " (control: context-free)" if entry.cls.context_free else (" (control)" if entry.cls.control else "")
+    print(f"{entry.name}{kind}")
+    if entry.cls.control and entry.cls.__doc__:
+        print(f"  what it is:   {' '.join(entry.cls.__doc__.split())}")
+    print(f"  kernels:      {', '.join(entry.cls.kernels)} (reference: {entry.cls.kernels[0]})")
+    print(f"  capabilities: {', '.join(entry.cls.capabilities())}")
+    print(f"  config:       {fields or '(none)'}")
+    print(f"  source:       {entry.source}")
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
@@ -341,7 +360,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _run_grid(
     args: argparse.Namespace, mixers: list[str], suites: list[str], seeds: list[int],
-    suite_overrides: dict[str, dict] | None = None, keep_going: bool = False,
+    suite_overrides: dict[str, dict] | None = None, keep_going: bool = False, controls: list[str] | None = None,
 ) -> int:
     from harness.results import ResultsStore
     from harness.runner import GridRequest, run_grid
@@ -363,6 +382,7 @@ def _run_grid(
         force=getattr(args, "force", False),
         progress=not args.no_progress,
         skip_gate=getattr(args, "skip_gate", False),
+        controls=controls,
     )
     store = ResultsStore(args.results)
     from harness.plan_commands import executor_from_args
@@ -389,7 +409,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         seeds = [int(s) for s in _csv(args.seeds)]
     except ValueError:
         raise MixbenchError(f"--seeds takes comma-separated integers, got '{args.seeds}'.") from None
-    return _run_grid(args, _csv(args.mixers), _csv(args.suites), seeds)
+    controls = [] if args.no_controls else (None if args.controls is None else _csv(args.controls))
+    return _run_grid(args, _csv(args.mixers), _csv(args.suites), seeds, controls=controls)
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:

@@ -50,7 +50,7 @@ from harness.errors import ConfigError
 from harness.mixer import Mixer, state_floats
 
 #: bump when a check is added or tightened: cached verdicts of older gates are not reused
-GATE_VERSION = 2
+GATE_VERSION = 3  # 3: the context_free check
 #: chunk lengths every mixer is tested across, besides the ones its kernels declare
 GENERIC_CHUNKS = (16, 32, 64)
 #: positions t0 from which the causality check perturbs the suffix, besides every chunk boundary
@@ -356,6 +356,8 @@ def run_checks(
     if backbone is None:
         p = get_preset(preset)
         backbone = BackboneConfig(vocab_size=p.vocab_size, **p.backbone)
+    # the backbone's mixer gate starts at 0 and would hide the mixer from the model-level checks
+    backbone = dataclasses.replace(backbone, mixer_gate=False)
     spec = ModelSpec(mixer, dict(mixer_config or {}), backbone)
     model = build_model(spec, seed=config.seed).to(device).eval()
     model.set_kernel(None, torch.device(device))
@@ -380,6 +382,7 @@ def run_checks(
         ("gradients", _gradients),
         ("state_size", _state_size),
         ("interventions", _interventions),
+        ("context_free", _context_free),
     ]
     for name, check in checks:
         if progress is not None:
@@ -495,6 +498,28 @@ def _causality(s: _Setup) -> CheckResult:
                                    error, Location(layer, length=length, batch=s.batch, position=pos))
     s.model.eval()
     return _verdict("causality", worst, limit, "no output depends on a later token (prefixes, suffix changes, gradients)")
+
+
+def _context_free(s: _Setup) -> CheckResult:
+    """A mixer that declares ``context_free`` (a control, docs/controls.md): each output depends on its own
+    position's input alone. Half the positions (drawn at random) keep their input, the others get new values;
+    the kept positions' outputs must not move."""
+    declared = [m for m in s.model.mixers if m.context_free]
+    if not declared:
+        return CheckResult("context_free", True, "the mixer does not declare context_free", skipped=True)
+    worst, limit = Worst(), s.tol * 1e-2
+    gen = torch.Generator().manual_seed(s.seed + 7)
+    for m in declared:
+        for length in s.lengths:
+            keep = (torch.rand(length, generator=gen) < 0.5).to(s.x.device)[None, :, None]
+            other = torch.randn(s.x[:, :length].shape, generator=gen).to(s.x) * 3
+            with torch.no_grad():
+                y = _call(m, torch.where(keep, s.x[:, :length], other))
+            full = s.forward(m.layer_idx, length)
+            worst.update(y * keep, full * keep, Location(m.layer_idx, length=length, batch=s.batch),
+                         "the output of a position whose own input was kept, after the other positions changed")
+    return _verdict("context_free", worst, limit, "each output depends on its own position's input alone, as "
+                    "declared")
 
 
 def _decode(s: _Setup) -> CheckResult:

@@ -76,6 +76,12 @@ class Mixer(nn.Module):
     length_extrapolation: ClassVar[bool] = True
     #: modes ``intervene`` accepts; empty when the mixer has no interventions
     intervention_modes: ClassVar[tuple[str, ...]] = ()
+    #: a control (docs/controls.md): trained and scored beside the mixers of every grid, shown below the ranked
+    #: rows, never ranked; a column in which no mixer beats the controls does not vote
+    control: ClassVar[bool] = False
+    #: no output depends on another position (the gate verifies it): the model is context-free, and the board
+    #: marks every mixer cell that is not better than such a control
+    context_free: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
         super().__init__()

@@ -5,6 +5,7 @@ A plan is YAML (or JSON, which YAML reads too)::
     name: tiny-nightly              # snapshots go under nightly/<name>/ in the store (default: the file's stem)
     presets: [tiny]                 # or `preset: tiny`
     mixers: [protot, attention]     # or a mapping name -> mixer config, e.g. {protot: {n_prototypes: 16}}
+    controls: [none, mean]          # controls trained beside them (docs/controls.md); default: every one; []: none
     seeds: [0, 1]
     suites:                         # a list, or a mapping name -> suite config
       perplexity: {max_windows: 16, bootstrap: 200}
@@ -38,8 +39,8 @@ from harness.runner import GridRequest, Resources
 from harness.values import build_config, coerce_values, option
 
 PLAN_KEYS = (
-    "name", "preset", "presets", "mixers", "mixer_configs", "seeds", "suites", "train", "data", "backbone",
-    "device", "kernel", "resources", "nightly",
+    "name", "preset", "presets", "mixers", "mixer_configs", "controls", "seeds", "suites", "train", "data",
+    "backbone", "device", "kernel", "resources", "nightly",
 )
 TOLERANCE_KEYS = ("rel_tolerance", "abs_tolerance", "ci_scale")
 Z95 = 1.959964  # two-sided 95% normal quantile: the margin of a difference of two independent estimates
@@ -106,6 +107,7 @@ class Plan:
     resources: Resources = field(default_factory=Resources)
     nightly: NightlyPolicy = field(default_factory=NightlyPolicy)
     source: str = ""  # the file it came from, for messages
+    controls: tuple[str, ...] | None = None  # None: every registered control; (): none
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name.startswith("."):
@@ -140,8 +142,16 @@ class Plan:
             )
 
     @property
+    def all_mixers(self) -> tuple[str, ...]:
+        """The plan's mixers and the controls trained beside them."""
+        from harness.registry import resolve_controls
+
+        controls = resolve_controls(self.controls, f"plan {self.name}: controls")
+        return (*self.mixers, *(c for c in controls if c not in self.mixers))
+
+    @property
     def jobs(self) -> int:
-        return len(self.presets) * len(self.mixers) * len(self.seeds)
+        return len(self.presets) * len(self.all_mixers) * len(self.seeds)
 
     def check(self) -> None:
         """Validate names and every config value against the registries (each model built on ``meta``)."""
@@ -160,7 +170,7 @@ class Plan:
                     "drop 'kernel' to let each mixer pick its fastest, or run the mixers in separate plans."
                 )
         for preset in self.presets:
-            for mixer in self.mixers:
+            for mixer in self.all_mixers:
                 with _located(where, f"preset {preset}, mixer {mixer}"):
                     make_run_spec(mixer, preset, self.mixer_configs.get(mixer), self.backbone, self.train, self.data)
 
@@ -187,6 +197,7 @@ class Plan:
                 resources=self.resources,
                 plugins=tuple(plugins),
                 skip_gate=skip_gate,
+                controls=None if self.controls is None else list(self.controls),
             )
             for preset in self.presets
         ]
@@ -194,7 +205,7 @@ class Plan:
     def covers(self, suite: str | None, mixer: str | None, preset: str | None, seed: Any) -> bool:
         """Whether a run with these manifest fields belongs to this plan's grid."""
         return (
-            suite in self.suites and mixer in self.mixers and preset in self.presets
+            suite in self.suites and mixer in self.all_mixers and preset in self.presets
             and (seed is None or seed in self.seeds)
         )
 
@@ -244,6 +255,9 @@ def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Pl
     seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
     if not isinstance(seeds, list):
         raise ConfigError(f"{where}: seeds must be a list of integers, got {seeds!r}.")
+    controls = raw.get("controls")
+    if controls is not None:
+        controls = [] if controls == [] else _names(controls, "controls", where)
     resources = _mapping(raw.get("resources"), "resources", where)
     _unknown(resources, [f.name for f in dataclasses.fields(Resources)], f"{where}: resources")
     resources = coerce_values(Resources, resources, f"{where}: resources")  # .nan / "2" / true are refused
@@ -267,6 +281,7 @@ def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Pl
         resources=Resources(**resources),
         nightly=_nightly(raw.get("nightly"), where),
         source=source,
+        controls=None if controls is None else tuple(controls),
     )
 
 

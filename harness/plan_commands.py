@@ -77,7 +77,7 @@ def check_no_grid_flags(args: argparse.Namespace, defaults: argparse.Namespace) 
     if given:
         raise MixbenchError(
             f"{', '.join(given)} cannot be combined with a plan file, which fixes the grid; put the setting in "
-            f"{args.plan} (keys: presets, mixers, seeds, suites, train, data, backbone, kernel) or drop the plan."
+            f"{args.plan} (keys: presets, mixers, controls, seeds, suites, train, data, backbone, kernel) or drop the plan."
         )
 
 

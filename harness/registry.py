@@ -113,6 +113,29 @@ MIXERS: Registry = Registry("mixer", "mixbench.mixers", "mixers")
 SUITES: Registry = Registry("suite", "mixbench.suites", "suites")
 
 
+def control_mixers() -> list[str]:
+    """Registered mixers whose class says ``control = True`` (docs/controls.md), sorted by name."""
+    return [e.name for e in MIXERS.entries() if getattr(e.cls, "control", False)]
+
+
+def resolve_controls(names: Iterable[str] | None, where: str = "controls") -> list[str]:
+    """The controls a grid trains beside its mixers: every registered control when ``names`` is None, else the
+    given names, each checked to be a registered control (``[]``: none)."""
+    if names is None:
+        return control_mixers()
+    out = []
+    for name in names:
+        entry = MIXERS.get(name)
+        if not getattr(entry.cls, "control", False):
+            raise ConfigError(
+                f"{where}: '{name}' is a mixer, not a control; controls are {', '.join(control_mixers()) or 'none'} "
+                "(list mixers under mixers)."
+            )
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def register_mixer(name: str, config: type | None = None, override: bool = False):
     """Class decorator: ``@register_mixer("protot", config=ProtoTConfig)``; ``override=True`` replaces an existing
     registration of that name on purpose (otherwise a second registration is an error)."""

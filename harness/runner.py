@@ -82,6 +82,15 @@ class GridRequest:
     resources: Resources = field(default_factory=Resources)
     plugins: tuple[str, ...] = ()
     skip_gate: bool = False
+    #: controls trained and scored beside the mixers, once per seed (docs/controls.md): None = every registered
+    #: control, [] = none. They take the grid's backbone, training and data overrides, and their default config.
+    controls: list[str] | None = None
+
+    def all_mixers(self) -> list[str]:
+        """The mixers, then each control the grid does not already list."""
+        from harness.registry import resolve_controls
+
+        return [*self.mixers, *(c for c in resolve_controls(self.controls) if c not in self.mixers)]
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     for req in reqs:
         for suite in req.suites:  # fail on an unknown suite or bad suite option before any work
             SUITES.get(suite).make_config(req.suite_overrides.get(suite))
-        for mixer in req.mixers:
+        for mixer in req.all_mixers():
             for seed in req.seeds:
                 spec = make_run_spec(
                     mixer,

@@ -2,3 +2,4 @@
 
 from mixers import attention, protot  # noqa: F401
 from mixers import deltanet, mamba  # noqa: F401
+from mixers import controls  # noqa: F401

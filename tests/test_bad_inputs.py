@@ -274,7 +274,8 @@ def test_suites_and_mixer_configs_are_listed_with_type_default_and_doc(capsys):
     for entry in MIXERS.entries():
         assert main(["mixers", "--config", entry.name]) == 0
         lines = capsys.readouterr().out.splitlines()[1:]
-        assert [line.split()[0] for line in lines] == [f.name for f in config_fields(entry.config_cls)]
+        names = [f.name for f in config_fields(entry.config_cls)]
+        assert [line.split()[0] for line in lines] == names or (not names and lines == ["  (no config fields)"])
         if entry.cls.__module__.startswith("mixers."):  # other tests register undocumented adversaries
             assert all(f.doc for f in config_fields(entry.config_cls)), entry.name
     assert main(["mixers", "--config", "protot"]) == 0

@@ -15,10 +15,10 @@ from harness.errors import MixbenchError
 from harness.registry import MIXERS, register_mixer
 from tests.conftest import main
 
-BUILTINS = ["protot", "attention", "mamba", "mamba2", "deltanet", "gated-deltanet"]
+BUILTINS = ["protot", "attention", "mamba", "mamba2", "deltanet", "gated-deltanet", "none", "mean"]
 ALL_CHECKS = {
     "contract", "determinism", "causality", "decode", "prefill", "kernels", "batch_independence",
-    "batch_size_invariance", "gradients", "state_size", "interventions",
+    "batch_size_invariance", "gradients", "state_size", "interventions", "context_free",
 }
 
 
