@@ -17,6 +17,12 @@ A comparison board is only worth its weakest number, so:
 * **Rank intervals.** The Borda rank is recomputed on bootstrap resamples of the voting columns and, within each
   column, of its shared items (the same items for every row); the rank interval is the percentile interval of
   the resampled ranks. Rows whose rank intervals overlap are shown as tied.
+* **Controls measure the columns** (docs/controls.md). Rows of control mixers (``Row.control``) are never
+  ranked, grouped or counted in a column's verdict. A column that would vote still does not when the best mixer
+  of a preset is not better than every control there (paired test, Holm over the controls): it says which control
+  and with what numbers. Every mixer cell of a score column is compared with every control of its preset (paired
+  difference with its interval, :class:`ControlComparison`); a cell not better than the reference control (the
+  context-free ones, else every control; Holm over the column's mixers) is marked.
 """
 
 from __future__ import annotations
@@ -67,6 +73,33 @@ class ColumnVerdict:
     groups: dict[str, str] = field(default_factory=dict)  # row key -> group letter (per preset)
 
 
+@dataclass(frozen=True)
+class CellDifference:
+    """``a - b`` in one column: on the items both cells share (``scale`` "items": the items' own scale, e.g. NLL
+    per token for perplexity), else on the two values with a normal interval from their intervals ("values")."""
+
+    difference: float
+    interval: stats.Interval | None
+    p_value: float
+    scale: str
+
+
+@dataclass(frozen=True)
+class ControlComparison:
+    """A mixer's cell against a control's cell of its preset: ``better`` when the paired test says the mixer is
+    better (Holm over the column's mixers, at the board's alpha)."""
+
+    control: str  # the control row's key
+    label: str
+    difference: CellDifference
+    better: bool
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.difference
+        return {"control": self.label, "difference": d.difference, "p_value": d.p_value, "scale": d.scale,
+                "interval": None if d.interval is None else d.interval.to_json(), "better": self.better}
+
+
 @dataclass
 class Board:
     table: Table
@@ -80,13 +113,32 @@ class Board:
     pareto: dict[str, bool | None]
     speed_name: str = ""
     quality_name: str = ""
+    #: (mixer row key, column name) -> its comparison with each control of its preset
+    vs_controls: dict[tuple[str, str], list[ControlComparison]] = field(default_factory=dict)
+    #: (mixer row key, column name) of cells not better than the reference control (docs/controls.md)
+    not_above_control: set[tuple[str, str]] = field(default_factory=set)
+    #: labels of the reference controls the marks compare with
+    reference_controls: list[str] = field(default_factory=list)
 
     @property
     def voting(self) -> list[Column]:
         return [v.column for v in self.verdicts.values() if v.votes]
 
+    @property
+    def has_controls(self) -> bool:
+        return any(row.control for row in self.table.rows)
+
     def group(self, row: Row, column: Column) -> str | None:
         return self.verdicts[column.name].groups.get(row.key)
+
+    def headline(self) -> str | None:
+        """The board's first line when nothing on it tells the mixers apart: no column votes."""
+        if self.voting or not any(not r.control for r in self.table.rows):
+            return None
+        why = [f"{v.column.name}: {v.reason}" for v in self.verdicts.values()
+               if v.column.role == "score" and v.reason and not v.column.config]
+        return ("nothing on this board tells the mixers apart at this budget: no column votes"
+                + (f" ({'; '.join(why)})" if why else ""))
 
 
 # ---------------------------------------------------------------------------------------------- entry point
@@ -99,8 +151,22 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
     rank: dict[str, int | None] = {row.key: None for row in table.rows}
     interval: dict[str, tuple[int, int] | None] = {row.key: None for row in table.rows}
     unranked: dict[str, str] = {}
-    for preset, rows in _by_preset(table).items():
+    vs_controls: dict[tuple[str, str], list[ControlComparison]] = {}
+    not_above: set[tuple[str, str]] = set()
+    references: list[str] = []
+    for preset, all_rows in _by_preset(table).items():
+        rows = [r for r in all_rows if not r.control]
+        controls = [r for r in all_rows if r.control]
         preset_verdicts = _column_verdicts(table, rows)
+        if controls:
+            comparisons, marks, reference = _against_controls(table, rows, controls, config)
+            vs_controls.update(comparisons)
+            not_above |= marks
+            references += [r.label for r in reference if r.label not in references]
+            for verdict in preset_verdicts.values():
+                if verdict.votes:
+                    _control_veto(table, rows, controls, verdict, comparisons, config)
+            _reweigh(preset_verdicts)
         for name, verdict in preset_verdicts.items():  # a column votes on the board if it votes in any preset
             merged = verdicts.setdefault(name, ColumnVerdict(verdict.column, False, verdict.reason))
             if verdict.votes:
@@ -115,7 +181,8 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
         interval.update(iv)
     tied = _overlaps(interval)
     speed_name, quality_name, pareto = _pareto(table, points, config)
-    return Board(table, config, verdicts, points, rank, interval, unranked, tied, pareto, speed_name, quality_name)
+    return Board(table, config, verdicts, points, rank, interval, unranked, tied, pareto, speed_name, quality_name,
+                 vs_controls, not_above, references)
 
 
 def _by_preset(table: Table) -> dict[str, list[Row]]:
@@ -141,14 +208,18 @@ def _column_verdicts(table: Table, rows: list[Row]) -> dict[str, ColumnVerdict]:
         reason = _why_not(column, present, suites_ran[column.suite], len(rows),
                           column.config == shown_config[column.suite])
         out[column.name] = ColumnVerdict(column, reason == "", reason)
-    per_suite = defaultdict(int)
-    for v in out.values():
+    _reweigh(out)
+    return out
+
+
+def _reweigh(verdicts: dict[str, ColumnVerdict]) -> None:
+    """Each voting suite weighs 1 in the rank, split evenly over its voting columns."""
+    per_suite: dict[str, int] = defaultdict(int)
+    for v in verdicts.values():
         if v.votes:
             per_suite[v.column.suite] += 1
-    for v in out.values():
-        if v.votes:
-            v.weight = 1.0 / per_suite[v.column.suite]
-    return out
+    for v in verdicts.values():
+        v.weight = 1.0 / per_suite[v.column.suite] if v.votes else 0.0
 
 
 def _why_not(column: Column, present: dict[str, Cell], ran: set[str], n_rows: int, first_of_suite: bool) -> str:
@@ -189,11 +260,95 @@ def _rankable(table: Table, rows: list[Row], voting: list[ColumnVerdict]) -> tup
     return ranked, lacking
 
 
+# ---------------------------------------------------------------------------------------------- controls
+
+
+def _finite_cells(table: Table, rows: list[Row], column: Column) -> dict[str, Cell]:
+    return {r.key: c for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)}
+
+
+def _better(diff: CellDifference, higher: bool) -> bool:
+    """The difference points the good way (items move with the metric: harness.suite.ItemValues)."""
+    return diff.difference > 0 if higher else diff.difference < 0
+
+
+def _control_veto(table: Table, rows: list[Row], controls: list[Row], verdict: ColumnVerdict,
+                  comparisons: dict[tuple[str, str], list[ControlComparison]], config: BoardConfig) -> None:
+    """Stop a column from voting when its best mixer is not better than every control that has a value in it
+    (its comparisons with them, Holm over the controls)."""
+    column = verdict.column
+    mixers = _finite_cells(table, rows, column)
+    ctrl = _finite_cells(table, controls, column)
+    if not mixers or not ctrl:
+        return
+    best = _better_first(mixers, column.higher_is_better)[0]
+    found = {c.control: c.difference for c in comparisons.get((best, column.name), [])}
+    order = [k for k in _better_first(ctrl, column.higher_is_better) if k in found]
+    diffs = [found[k] for k in order]
+    reject, _ = stats.holm([d.p_value for d in diffs], config.alpha)
+    beaten = [r and _better(d, column.higher_is_better) for d, r in zip(diffs, reject)]
+    if all(beaten):
+        return
+    j = beaten.index(False)
+    labels = {r.key: r for r in [*rows, *controls]}
+    control_row, mixer_row = labels[order[j]], labels[best]
+    kind = "context-free control" if control_row.context_free else "control"
+    d = diffs[j]
+    iv = "" if d.interval is None else f" [{_num(d.interval.low)}, {_num(d.interval.high)}]"
+    verdict.votes = False
+    verdict.reason = (
+        f"no mixer beats the {kind} {control_row.label}: {_cell_text(ctrl[order[j]])} against the best mixer, "
+        f"{mixer_row.label}, {_cell_text(mixers[best])} (difference {_num(d.difference)}{iv} on the {d.scale}' "
+        f"scale, not significant at alpha {config.alpha:g} with Holm's correction, or in the control's favour)"
+    )
+
+
+def _against_controls(table: Table, rows: list[Row], controls: list[Row], config: BoardConfig):
+    """Every mixer cell of every score column against every control of the preset; the cells not better than a
+    reference control (Holm over the column's mixers) are marked."""
+    reference = [r for r in controls if r.context_free] or controls
+    comparisons: dict[tuple[str, str], list[ControlComparison]] = defaultdict(list)
+    marks: set[tuple[str, str]] = set()
+    for column in table.columns:
+        if column.role != "score":
+            continue
+        mixers = _finite_cells(table, rows, column)
+        for control in controls:
+            cell = table.cell(control, column)
+            if cell is None or not mixers:
+                continue
+            keys = sorted(mixers)
+            if not math.isfinite(cell.value):  # undefined for the control (a context-free selectivity): it
+                for k in keys:                  # cannot be beaten, nor beat anyone
+                    comparisons[(k, column.name)].append(
+                        ControlComparison(control.key, control.label, CellDifference(math.nan, None, 1.0, "values"),
+                                          True))
+                continue
+            diffs = [cell_difference(mixers[k], cell, config) for k in keys]
+            reject, _ = stats.holm([d.p_value for d in diffs], config.alpha)
+            for k, d, r in zip(keys, diffs, reject):
+                better = bool(r) and _better(d, column.higher_is_better)
+                comparisons[(k, column.name)].append(ControlComparison(control.key, control.label, d, better))
+                if control in reference and not better:
+                    marks.add((k, column.name))
+    return dict(comparisons), marks, reference
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _cell_text(cell: Cell) -> str:
+    iv = cell.interval
+    return _num(cell.value) + (f" [{_num(iv.low)}, {_num(iv.high)}]" if iv is not None and iv.finite else "")
+
+
 # ---------------------------------------------------------------------------------------------- ties
 
 
-def compare_cells(a: Cell, b: Cell, config: BoardConfig) -> float:
-    """Two-sided p-value that two cells of one column differ (see the module docstring)."""
+def cell_difference(a: Cell, b: Cell, config: BoardConfig) -> CellDifference:
+    """``a - b`` with its interval and a two-sided p-value: a paired bootstrap on the items both share (at least
+    two), else a z-test on the two intervals' standard errors; without intervals, no claim (p = 1)."""
     if a.items and b.items:
         shared = sorted(set(a.items) & set(b.items))
         if len(shared) >= 2:
@@ -201,17 +356,26 @@ def compare_cells(a: Cell, b: Cell, config: BoardConfig) -> float:
             wa = np.array([a.items[i][1] for i in shared])
             vb = np.array([b.items[i][0] for i in shared])
             wb = np.array([b.items[i][1] for i in shared])
-            return stats.paired_difference(va, vb, wa, wb, n_resamples=config.bootstrap or 200, seed=config.seed).p_value
+            r = stats.paired_difference(va, vb, wa, wb, n_resamples=config.bootstrap or 200, seed=config.seed)
+            return CellDifference(r.difference, r.interval, r.p_value, "items")
+    diff = a.value - b.value
     se_a = a.interval.normal_stderr() if a.interval is not None else None
     se_b = b.interval.normal_stderr() if b.interval is not None else None
     if se_a is None or se_b is None:
-        return 1.0  # no uncertainty known: no claim that they differ
+        return CellDifference(diff, None, 1.0, "values")  # no uncertainty known: no claim that they differ
     se = math.hypot(se_a, se_b)
     if se == 0:
-        return 0.0 if a.value != b.value else 1.0
+        return CellDifference(diff, stats.Interval(diff, diff, "normal", 0.95), 0.0 if diff else 1.0, "values")
     from scipy.stats import norm
 
-    return float(2 * norm.sf(abs(a.value - b.value) / se))
+    z = norm.ppf(0.975)
+    return CellDifference(diff, stats.Interval(diff - z * se, diff + z * se, "normal", 0.95),
+                          float(2 * norm.sf(abs(diff) / se)), "values")
+
+
+def compare_cells(a: Cell, b: Cell, config: BoardConfig) -> float:
+    """Two-sided p-value that two cells of one column differ (see :func:`cell_difference`)."""
+    return cell_difference(a, b, config).p_value
 
 
 def _better_first(cells: dict[str, Cell], higher: bool) -> list[str]:
@@ -362,6 +526,9 @@ def _pareto(table: Table, points: dict[str, float | None], config: BoardConfig):
     for _, rows in _by_preset(table).items():
         pts = {}
         for row in rows:
+            if row.control:  # controls are not candidates: they are what the candidates are measured against
+                out[row.key] = None
+                continue
             q = points.get(row.key) if quality is None else _value(table.cell(row, quality))
             s = _speed_value(table, row, speed_col)
             if q is None or s is None or math.isnan(q) or math.isnan(s):

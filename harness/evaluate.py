@@ -179,6 +179,12 @@ def _mixer_parts(mixer: str, mixer_config: dict[str, Any]) -> tuple[str, dict[st
     return mix.source, full, diff_from(full, to_dict(mix.config_cls()))
 
 
+def control_flags(mixer: str) -> dict[str, bool]:
+    """What the board needs to know of a control (docs/controls.md), read off the mixer's class flags."""
+    cls = MIXERS.get(mixer).cls
+    return {"control": bool(cls.control), "context_free": bool(cls.context_free)}
+
+
 def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> Subject:
     """What the board needs to know about a scored checkpoint: who it is and what it costs."""
     spec = ckpt.spec
@@ -213,13 +219,14 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
         packages=model.mixers[0].package_versions(),
         loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
+        **control_flags(spec.model.mixer),
     )
 
 
 def mixer_subject(mixer: str, mixer_config: dict[str, Any], identity: Identity) -> Subject:
     source, full, diff = _mixer_parts(mixer, mixer_config)
     return Subject(kind="mixer", id=identity.id, row_id=identity.id, mixer_id=identity.id, mixer=mixer,
-                   mixer_source=source, mixer_config=full, config_diff=diff)
+                   mixer_source=source, mixer_config=full, config_diff=diff, **control_flags(mixer))
 
 
 def _preset_defaults(preset: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

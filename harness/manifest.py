@@ -80,6 +80,8 @@ class Subject:
     dtype: str | None = None
     packages: dict[str, str] = field(default_factory=dict)
     loss_curve: list[dict[str, Any]] = field(default_factory=list)  # [{step, loss, val_loss?}]
+    control: bool = False  # the mixer is a control (docs/controls.md): a row below the ranked ones, never ranked
+    context_free: bool = False  # ... whose outputs depend on one position each (the board's reference control)
 
     def __post_init__(self) -> None:
         if self.kind not in ("model", "mixer"):
@@ -92,6 +94,9 @@ class Subject:
         for name in ("mixer_config", "config_diff", "backbone_diff", "train_diff", "data_diff", "packages"):
             if not isinstance(getattr(self, name), dict):
                 raise ManifestError(f"subject.{name} must be a mapping, got {getattr(self, name)!r}")
+        for name in ("control", "context_free"):
+            if not isinstance(getattr(self, name), bool):
+                raise ManifestError(f"subject.{name} must be true or false, got {getattr(self, name)!r}")
 
     @property
     def label(self) -> str:

@@ -58,7 +58,7 @@ from urllib.parse import quote
 from harness.board import Board, BoardConfig, build_board
 from harness.errors import MixbenchError
 from harness.registry import SUITES
-from harness.render import MISSING, board_json, display, legend, render
+from harness.render import CONTROL_MARK, MISSING, board_json, display, legend, ordered_rows, render
 from harness.results import ResultsStore, RunRecord, json_safe
 from harness.table import Row, table_from_runs
 
@@ -135,6 +135,7 @@ td.unreliable{color:#999}
 .legend dt{font-weight:600;margin-top:.4em}.legend dd{margin-left:1.2em}
 tr.front td:first-child{border-left:4px solid #d62728}
 .note{color:#555;font-size:.85em;max-width:70em}
+.warning{background:#fff1c2;border-left:4px solid #b45309;padding:.5em .8em;max-width:70em}
 .differs{background:#fff1c2}
 .gen{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.82em;background:#fff;border:1px solid #ddd;
  padding:.4em .6em;margin:.2em 0;max-width:60em;overflow-wrap:anywhere}
@@ -349,6 +350,12 @@ LEGEND = (
     ("†  greyed", "unreliable: the suite found this number measures nothing (e.g. a judge at chance on its "
                   "gold canaries); shown, never voting. The notes below give the reason."),
     ("°", "the point estimate lies outside its interval (a skewed statistic); reported as it is, never widened."),
+    ("control", "a control mixer (none: no token mixing, a context-free model; mean: the uniform average of the "
+                "prefix), trained and scored like the mixers and never ranked. A column whose best mixer is not "
+                "better than every control does not vote: what it measures does not come from mixing."),
+    (CONTROL_MARK, "a mixer's value that is not better than the context-free control's (paired test on shared "
+                   "items, Holm-corrected over the column's mixers): at this budget, in this column, the mixer "
+                   "has shown nothing a model without context could not do."),
     ("gate", "the conformance gate's verdict for the row's mixer and config: passed, or skipped (scored with "
              "--skip-gate, for debugging). A mixer that fails the gate is never scored."),
     ("◆ Pareto", "on the quality-vs-speed Pareto front of its preset (the red points of the plot below): no other "
@@ -449,8 +456,7 @@ class _Site:
             return f'<p class="note">{_e(render(self.board, "md"))}</p>'
         d = display(self.board, view, suite, "html")
         up = [".."] * depth
-        rows_sorted = sorted(self.table.rows, key=lambda r: (r.preset, self.board.rank.get(r.key) is None,
-                                                             self.board.rank.get(r.key) or 0, r.label))
+        rows_sorted = ordered_rows(self.board)
         cells, classes = [], []
         for row, line, bold in zip(rows_sorted, d.body, d.best):
             html_line, cls_line = [], []
@@ -475,8 +481,10 @@ class _Site:
 
     def _index(self) -> None:
         board = self.board
+        first = board.headline()
         parts = [
             "<h1>mixbench leaderboard</h1>",
+            f'<p class="warning"><strong>{_e(first)}</strong></p>' if first else "",
             f'<p class="note">{len(self.runs)} runs of {len(self.table.rows)} models from <code>{_e(self.store.root)}'
             "</code>. Click a column header to sort; click a model for its loss curves and the provenance of its runs "
             "(&#9873;: its runs differ in code, packages, device or kernel; &#9670;: on the Pareto front).</p>",

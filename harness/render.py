@@ -36,6 +36,7 @@ VIEWS = ("compact", "full", "suite")
 MISSING = "—"
 UNRELIABLE_MARK = "†"
 OUTSIDE_MARK = "°"
+CONTROL_MARK = "‡"  # a mixer cell not better than the reference control (docs/controls.md)
 
 
 # ---------------------------------------------------------------------------------------------- numbers
@@ -147,12 +148,20 @@ class Display:
 
 
 def _rank_text(board: Board, row: Row) -> str:
+    if row.control:
+        return "control"
     r = board.rank.get(row.key)
     if r is None:
         return "–" if row.key in board.unranked else MISSING
     lo, hi = board.rank_interval.get(row.key) or (r, r)
     tie = "=" if board.tied.get(row.key) else ""
     return f"{tie}{r} ({lo}–{hi})" if lo != hi else f"{tie}{r}"
+
+
+def ordered_rows(board: Board) -> list[Row]:
+    """Rows as every view shows them: per preset, ranked rows by rank, then unranked ones, then the controls."""
+    return sorted(board.table.rows, key=lambda r: (r.preset, r.control, board.rank.get(r.key) is None,
+                                                   board.rank.get(r.key) or 0, r.label))
 
 
 def _headline_columns(board: Board) -> list[Column]:
@@ -238,8 +247,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
         header.append(abbreviate(c.suite) if view == "compact" else f"{c.name} {up if c.higher_is_better else down}")
     keys = [k for k, _ in lead] + [c.name for c in columns]
     body, raw, best = [], [], []
-    ordered = sorted(table.rows, key=lambda r: (r.preset, board.rank.get(r.key) is None,
-                                                board.rank.get(r.key) or 0, r.label))
+    ordered = ordered_rows(board)
     for row in ordered:
         values = {
             "rank": (_rank_text(board, row), board.rank.get(row.key)),
@@ -263,8 +271,12 @@ def _display(board: Board, view: str, suite: str | None, style: str,
             verdict = board.verdicts.get(c.name)
             group = board.group(row, c) if verdict is not None and verdict.votes else None
             text = compact_cell(cell, significant.get(c.name, 3)) if view == "compact" else cell_text(cell)
+            if cell is not None and (row.key, c.name) in board.not_above_control:
+                text += CONTROL_MARK
             if group is not None and cell is not None:
                 text += group if view == "compact" else f" {group}"
+            if view != "compact" and cell is not None:
+                text += _vs_reference_text(board, row, c)
             line.append(text)
             nums.append(None if cell is None or math.isnan(cell.value) else cell.value)
             bold.append(group == "a")
@@ -277,6 +289,18 @@ def _display(board: Board, view: str, suite: str | None, style: str,
                           for c in columns)
         notes.insert(0, f"columns: {named}; values: value±half the interval's width, then the tie group")
     return Display(keys, header, body, raw, best, notes, {"model", "preset", "gate", "seeds", "rank"})
+
+
+def _vs_reference_text(board: Board, row: Row, column: Column) -> str:
+    """`` (vs none -0.40 [-0.42, -0.37])``: the cell's difference from each reference control (full views)."""
+    parts = []
+    for comp in board.vs_controls.get((row.key, column.name), []):
+        if comp.label not in board.reference_controls or math.isnan(comp.difference.difference):
+            continue
+        d = comp.difference
+        iv = "" if d.interval is None else f" [{fmt(d.interval.low, 2)}, {fmt(d.interval.high, 2)}]"
+        parts.append(f"vs {comp.label} {d.difference:+.3g}{iv}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def legend(board: Board, columns: list[Column]) -> list[str]:
@@ -293,6 +317,17 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
         "n/a does not exist, — missing.",
         "gate: the conformance gate's verdict for the row's mixer and config (skipped: scored with --skip-gate).",
     ]
+    if board.has_controls:
+        refs = ", ".join(board.reference_controls) or "the controls"
+        lines.append(
+            "control: a control mixer (docs/controls.md), trained and scored like the others and never ranked; a column "
+            f"whose best mixer is not better than every control does not vote; {CONTROL_MARK} a mixer cell not better "
+            f"than {refs} (paired test on shared items, Holm over the column's mixers, alpha {cfg.alpha:g}); `--all` "
+            "and the JSON give each score cell's difference from the controls with its interval (on the items' "
+            "scale where items exist: NLL per token for perplexity).")
+    else:
+        lines.append("no control rows on this board: nothing shows whether a column measures mixing at all "
+                     "(grids include the controls unless told not to; docs/controls.md).")
     votes = [v.column.name for v in board.verdicts.values() if v.votes]
     lines.append("voting columns: " + (", ".join(votes) if votes else "none"))
     for c in columns:
@@ -346,7 +381,9 @@ def _render_md(board: Board, d: Display, compact: bool = False) -> str:
         text = "\n".join([line(header), rule, *(line(r) for r in rows)])
     else:
         text = pd.DataFrame(rows, columns=header).to_markdown(index=False, disable_numparse=True)
-    return text + "\n\n" + "\n".join(f"- {_escape_md(note)}" for note in d.legend)
+    first = board.headline()
+    lead = f"**{_escape_md(first)}**\n\n" if first else ""
+    return lead + text + "\n\n" + "\n".join(f"- {_escape_md(note)}" for note in d.legend)
 
 
 def _render_html(board: Board, d: Display) -> str:
@@ -380,7 +417,8 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
     out = []
     for row in table.rows:
         rec: dict[str, Any] = {
-            "row": row.key, "model": row.label, "mixer": row.mixer, "preset": row.preset, "seeds": list(row.seeds),
+            "row": row.key, "model": row.label, "mixer": row.mixer, "control": row.control, "preset": row.preset,
+            "seeds": list(row.seeds),
             "parameters": row.parameters, "state_floats": row.state_floats, "train_flops": row.train_flops,
             "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate,
             "rank": board.rank.get(row.key), "rank_interval": board.rank_interval.get(row.key),
@@ -394,7 +432,10 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
                 continue
             verdict = board.verdicts.get(c.name)
             rec["cells"][c.name] = {**cell.to_json(), "role": c.role, "votes": bool(verdict and verdict.votes),
-                                    "group": board.group(row, c) if verdict is not None and verdict.votes else None}
+                                    "group": board.group(row, c) if verdict is not None and verdict.votes else None,
+                                    "not_better_than_control": (row.key, c.name) in board.not_above_control,
+                                    "vs_controls": [comp.to_json()
+                                                    for comp in board.vs_controls.get((row.key, c.name), [])]}
         out.append(rec)
     return out
 
@@ -431,6 +472,8 @@ def board_json(board: Board, columns: list[Column] | None = None) -> str:
                     for c in (board.table.columns if columns is None else columns)],
         "rows": board_records(board, columns),
         "notes": legend(board, list(board.table.columns) if columns is None else columns),
+        "headline": board.headline(),
+        "reference_controls": board.reference_controls,
         "config": {"alpha": board.config.alpha, "rank_level": board.config.rank_level,
                    "bootstrap": board.config.bootstrap},
     }

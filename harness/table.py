@@ -108,6 +108,8 @@ class Row:
     train_flops: float | None = None
     train_tokens_per_s: float | None = None
     gate: str = ""
+    control: bool = False  # a control row (docs/controls.md): shown, compared with, never ranked
+    context_free: bool = False
     lineage: str = ""
     newest: str = ""  # written_at of its newest run
     runs: list[RunRecord] = field(default_factory=list)
@@ -171,8 +173,9 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
         if not targets:
             key = run.manifest.subject.row_id
             if key not in rows:
-                rows[key] = Row(key, run.manifest.subject.label, run.manifest.subject.mixer,
-                                run.manifest.subject.mixer_id, "—", lineage=key)
+                s = run.manifest.subject
+                rows[key] = Row(key, s.label, s.mixer, s.mixer_id, "—", lineage=key, control=s.control,
+                                context_free=s.context_free)
                 by_mixer[run.manifest.subject.mixer_id].append(rows[key])
             targets = [rows[key]]
         for row in targets:
@@ -214,7 +217,8 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         s = run.manifest.subject
         row = rows.get(s.row_id)
         if row is None:
-            row = rows[s.row_id] = Row(s.row_id, s.label, s.mixer, s.mixer_id, s.preset or "—", lineage=_lineage(run))
+            row = rows[s.row_id] = Row(s.row_id, s.label, s.mixer, s.mixer_id, s.preset or "—", lineage=_lineage(run),
+                                       control=s.control, context_free=s.context_free)
         row.runs.append(run)
         row.newest = max(row.newest, run.manifest.written_at)
     for row in rows.values():
