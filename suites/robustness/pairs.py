@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from harness.config import content_hash
 from harness.errors import MixbenchError
 from harness.tokenizer import atomic_write, digest_texts
 from suites.robustness.lexicons import lexicon_digest
-from suites.robustness.perturbations import PERTURBATIONS, Edit, perturb
+from suites.robustness.perturbations import PERTURBATIONS, Edit, Perturbed, perturb
 from suites.robustness.text import split_sentences, stable_int, words
 
 _TERMINAL = (".", "!", "?", '."', '!"', '?"', ".”", "!”", "?”", ".’", ".'")
@@ -97,20 +97,44 @@ def held_out_sentences(
 
 def build_pairs(sentences: list[Sentence], spec: PairSetSpec, progress: bool = False) -> list[Pair]:
     """Up to ``spec.pairs_per_slice`` pairs per slice: the sentences in a seeded order, each perturbed with its own
-    random stream, skipping those the family cannot change."""
+    random stream, skipping those the family cannot change.
+
+    The robustness families visit the sentences some sensitivity family of the spec can flip first (in the same
+    seeded order), then the others: a sentence among a robustness family's first N is then among the first N of
+    a sensitivity family that flips it, so as many sentences as possible carry both kinds of edit, which the
+    suite's score compares on the same sentence (:mod:`suites.robustness.selectivity`). Which sentences come first
+    does not depend on ``pairs_per_slice``, so a larger set still extends a smaller one."""
     order = sorted(sentences, key=lambda s: (stable_int(spec.seed, "order", s.id), s.id))
+    flips = [n for n in spec.slices if PERTURBATIONS[n].kind == "sensitivity"]
+    flippable: dict[str, bool] = {}
+
+    def can_flip(sentence: Sentence) -> bool:
+        if sentence.id not in flippable:
+            flippable[sentence.id] = any(_perturbed(n, sentence, spec) is not None for n in flips)
+        return flippable[sentence.id]
+
+    def flippable_first() -> Iterator[Sentence]:
+        yield from (s for s in order if can_flip(s))
+        yield from (s for s in order if not can_flip(s))
+
     pairs: list[Pair] = []
     for name in tqdm(spec.slices, desc="robustness pairs", unit="slice", disable=not progress, leave=False):
+        visit = iter(order) if name in flips or not flips else flippable_first()
         kept = 0
-        for sentence in order:
+        for sentence in visit:
             if kept == spec.pairs_per_slice:
                 break
-            result = perturb(name, sentence.text, spec.seed, sentence.id, spec.max_edits)
-            if result is None or result.text == sentence.text:
+            result = _perturbed(name, sentence, spec)
+            if result is None:
                 continue
             pairs.append(Pair(f"{name}/{sentence.id}", name, sentence.text, result.text, sentence.id, result.edits))
             kept += 1
     return pairs
+
+
+def _perturbed(name: str, sentence: Sentence, spec: PairSetSpec) -> Perturbed | None:
+    result = perturb(name, sentence.text, spec.seed, sentence.id, spec.max_edits)
+    return None if result is None or result.text == sentence.text else result
 
 
 def pair_key(pair: Pair) -> str:

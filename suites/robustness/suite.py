@@ -28,9 +28,12 @@ of unique pairs; the run's info records lines and unique pairs per slice, and an
 printed. Every statistic of a slice uses the same cluster draws (:class:`SliceClusters`: exactly the draws and
 replicates of :func:`harness.stats.cluster_bootstrap` for the same seed, computed from per-pair sums in one
 vectorised step instead of its per-replicate loop, which costs ~100 s at the default size), so the aggregates
-(mean / worst / sensitivity over slices) reduce the slices' replicates draw by draw. The score
-``jsd_final/mean`` carries per-pair items (id :func:`~suites.robustness.pairs.pair_key`, value the pair's JSD,
-weight 1 / lines of its slice) for paired comparisons across mixers. See docs/faithfulness.md.
+(mean / worst / sensitivity over slices) reduce the slices' replicates draw by draw. See docs/faithfulness.md.
+
+The score is ``selectivity`` (:mod:`suites.robustness.selectivity`, docs/controls.md): on sentences that have
+both kinds of edit, how often a meaning-changing edit moves the final prediction more than a meaning-preserving
+one; a model that ignores its context scores 0, the worst. Raw change (``jsd_final/mean`` and the rest) is a
+diagnostic: a context-free model changes by exactly 0 and would win it.
 """
 
 from __future__ import annotations
@@ -50,11 +53,12 @@ from harness.data import SPLITS, default_cache_dir
 from harness.errors import ConfigError
 from harness.registry import register_suite
 from harness.stats import Interval, percentile_interval, resample_indices
-from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
+from harness.suite import Metric, Suite, SuiteContext, SuiteResult
 from harness.values import option
 from suites.robustness.pairs import Pair, PairSetSpec, cached_pairs, duplicate_counts, load_pairs, pair_key
 from suites.robustness.perturbations import PERTURBATIONS, check_names
 from suites.robustness.scoring import DISTANCE_BUCKETS, Scores, bucket_name, score_pairs
+from suites.robustness.selectivity import selectivity_metrics
 
 HELD_OUT = tuple(s for s in SPLITS if s != "train")
 DEFAULT_SLICES = tuple(PERTURBATIONS)
@@ -164,8 +168,6 @@ def stats(top_k: int, routing: bool) -> list[Stat]:
     return out
 
 
-SCORE_STAT = "jsd_final"
-
 
 @register_suite("robustness", config=RobustnessConfig)
 class Robustness(Suite):
@@ -173,9 +175,11 @@ class Robustness(Suite):
     #: 120 pairs per slice (9 slices, 1,080 pairs; 200 took 7-17 s per quick-preset model): intervals widen by
     #: about sqrt(200/120) = 1.3x
     quickstart: ClassVar[dict[str, Any] | None] = {"pairs_per_slice": 120}
-    version: ClassVar[int] = 2  # 2: intervals cluster over unique pairs; dppl's NLL terms in float64
+    #: 2: intervals cluster over unique pairs; dppl's NLL terms in float64. 3: the score is ``selectivity`` (flips
+    #: against keeps on the same sentences, :mod:`suites.robustness.selectivity`); raw change is a diagnostic
+    version: ClassVar[int] = 3
     headline: ClassVar[tuple[str, ...]] = (
-        "jsd_final/mean", "jsd_final/worst", "jsd_after/mean", "top10/mean", "spearman/mean", "top1/mean",
+        "selectivity", "change_ratio", "jsd_final/mean", "jsd_final/worst", "jsd_after/mean", "top10/mean", "spearman/mean", "top1/mean",
         "top1/worst", "dppl/mean", "route_write/mean", "jsd_final/sensitivity",
     )  # fmt: skip
 
@@ -211,7 +215,10 @@ class Robustness(Suite):
         slices = list(dict.fromkeys(p.slice for p in pairs))
         kinds = {s: PERTURBATIONS[s].kind if s in PERTURBATIONS else "robustness" for s in slices}
         metrics, worst = self._metrics(pairs, scores, slices, kinds)
+        selective, matched = selectivity_metrics(pairs, scores.jsd_final, scores.scored, kinds, cfg.bootstrap,
+                                                 cfg.confidence, cfg.seed)
         info = {
+            "selectivity": matched,
             "pairs": {
                 "source": str(source),
                 "built": not cfg.pairs_file,
@@ -227,7 +234,8 @@ class Robustness(Suite):
             "routing": scores.routing,
             "worst_family": worst,
         }
-        return SuiteResult(metrics=metrics, samples=self._samples(pairs, scores, slices, kinds, ctx), info=info)
+        return SuiteResult(metrics=selective + metrics, samples=self._samples(pairs, scores, slices, kinds, ctx),
+                           info=info)
 
     # ------------------------------------------------------------------------------------------- metrics
     def _metrics(self, pairs: list[Pair], scores: Scores, slices, kinds) -> tuple[list[Metric], dict[str, str]]:
@@ -258,11 +266,10 @@ class Robustness(Suite):
                 metrics.append(Metric(f"{stat.name}/{s}", values[s], better, interval=interval, n=counts[s],
                                       unit=stat.unit))
             if stat.aggregate:
-                items = _items(keys, members, scores.jsd_final, kinds) if stat.name == SCORE_STAT else None
-                metrics += self._aggregates(stat, values, reps, counts, kinds, worst_of, items)
+                metrics += self._aggregates(stat, values, reps, counts, kinds, worst_of)
         return metrics, worst_of
 
-    def _aggregates(self, stat: Stat, values, reps, counts, kinds, worst_of, items=None) -> list[Metric]:
+    def _aggregates(self, stat: Stat, values, reps, counts, kinds, worst_of) -> list[Metric]:
         out = []
         robust = [s for s in values if kinds[s] == "robustness"]
         sensitive = [s for s in values if kinds[s] == "sensitivity"]
@@ -279,12 +286,10 @@ class Robustness(Suite):
             if all(s in reps for s in chosen):
                 interval = _clustered(percentile_interval(reduce(np.stack([reps[s] for s in chosen]), axis=0),
                                                           self.cfg.confidence))
-            # the suite's score is the paper's headline, JSD of the final distribution averaged over slices; the
-            # others restate it (top-k, rank agreement) or apply to some mixers only (routing shift)
-            role = "score" if (stat.name, label) == (SCORE_STAT, "mean") else "diagnostic"
-            out.append(Metric(f"{stat.name}/{label}", value, better, role=role, interval=interval,
-                              n=sum(counts[s] for s in chosen), unit=stat.unit,
-                              items=items if role == "score" else None))
+            # raw change is a diagnostic: ignoring the context minimises it (a context-free model changes by 0);
+            # the score is selectivity (suites/robustness/selectivity.py)
+            out.append(Metric(f"{stat.name}/{label}", value, better, interval=interval,
+                              n=sum(counts[s] for s in chosen), unit=stat.unit))
             if label == "worst":
                 worst_of[stat.name] = next(s for s in chosen if values[s] == value)
         return out
@@ -360,22 +365,6 @@ class SliceClusters:
 def _clustered(interval: Interval | None) -> Interval | None:
     """The percentile interval of an aggregate of cluster-bootstrap replicates is a cluster-bootstrap interval."""
     return None if interval is None else dataclasses.replace(interval, kind="cluster-bootstrap")
-
-
-def _items(keys: np.ndarray, members: dict[str, np.ndarray], values: np.ndarray, kinds) -> ItemValues | None:
-    """Per-line items of ``<score>/mean``: the weighted mean (weights 1 / counted lines of the slice) is the mean
-    over robustness slices of each slice's mean, i.e. the metric itself; duplicated lines share their id."""
-    ids, vals, weights = [], [], []
-    for s, m in members.items():
-        if kinds[s] != "robustness":
-            continue
-        kept = m[np.isfinite(values[m])]
-        if not len(kept):
-            continue
-        ids += keys[kept].tolist()
-        vals += values[kept].tolist()
-        weights += [1.0 / len(kept)] * len(kept)
-    return ItemValues(tuple(ids), tuple(vals), tuple(weights)) if ids else None
 
 
 def _print_duplicates(source: Path, counts: dict) -> None:
