@@ -86,7 +86,8 @@ def test_suite_measures_the_grid_and_derives_metrics(tmp_path):
         assert m.role == "speed" and m.interval.kind == "range" and m.interval.low <= m.value <= m.interval.high
     assert metrics["state_floats_max"].value == model.state_size(128)
     models = {s["model"] for s in result.samples}
-    assert models == {"measured", "reference"} and len(result.samples) == 2 * 3 * 4
+    assert models == {"measured", "reference", "floor"} and len(result.samples) == 3 * 3 * 4
+    assert result.info["floor"] == "none"  # the registered context-free control, found by its flag
     assert all(p.exists() and p.stat().st_size > 1000 for p in result.plots)
     # every point of both models was timed in the same rounds: as many rounds each, at least 3 warm-up rounds
     by_key = {(s["model"], s["mode"], s["length"]): s for s in result.samples}
@@ -100,6 +101,12 @@ def test_suite_measures_the_grid_and_derives_metrics(tmp_path):
         ratio = metrics[f"{mode}_time_ratio"]
         assert ratio.role == "speed" and ratio.interval.kind == "bootstrap" and ratio.interval.level == 0.95
         assert min(per_round) <= ratio.interval.low <= ratio.interval.high <= max(per_round)
+        # the mixing cost is the median of the per-round differences from the floor timed in the same rounds
+        floor = by_key[("floor", mode, 16)]  # at the model's context
+        cost = [(a - b) * 1e3 for a, b in zip(by_key[("measured", mode, 16)]["rounds"], floor["rounds"])]
+        mixing = metrics[f"{mode}_mixing_ms"]
+        assert mixing.value == pytest.approx(float(np.median(cost))) and mixing.interval.kind == "bootstrap"
+        assert min(cost) <= mixing.interval.low <= mixing.interval.high <= max(cost)
         # the crossover is the one the per-length paired ratios give
         ratios = {t: by_key[("measured", mode, t)]["ratio"] for t in (16, 32, 64, 128)}
         expected = analysis.crossover_from_ratios(ratios)
@@ -164,4 +171,6 @@ def test_reference_is_skipped_for_itself(tmp_path):
     cfg = ThroughputConfig(lengths=(16, 32), repeats=1, modes=("prefill",))
     result = Throughput(cfg).run(tiny_model("attention"), SuiteContext(None, tmp_path, progress=False))
     assert not [m for m in result.metrics if m.name.startswith("crossover")]
-    assert {s["model"] for s in result.samples} == {"measured"}
+    assert {s["model"] for s in result.samples} == {"measured", "floor"}  # no reference; the floor still
+    floor = Throughput(cfg).run(tiny_model("none"), SuiteContext(None, tmp_path, progress=False))  # nor the floor
+    assert {s["model"] for s in floor.samples} == {"measured", "reference"} and floor.info["floor"] is None

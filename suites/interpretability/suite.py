@@ -49,6 +49,10 @@ from suites.interpretability.windows import (
 SUFFIX = {"units": "", "null": "_null", "sae_var": "_sae_var", "sae_freq": "_sae_freq"}
 #: the mixer's own units' judge-free scores are what ranks mixers; the null model's are the floor they must beat
 SCORES = ("coherence", "themes", "coverage")
+#: the unit metrics a model without units (a control, docs/controls.md) reports as n/a (NaN), with their directions:
+#: it has no units, which is not the same as units that score zero
+UNIT_HEADLINES = {"coherence": True, "themes": False, "token_entropy": False, "coverage": True, "dead_frac": False,
+                  "dprob_mean/target": False}
 
 
 def _role(name: str) -> str:
@@ -189,6 +193,8 @@ class _Run:
             self.model, self.profile_inputs.to(self.device), "units", self.cfg.max_units_per_layer)
         if unit_set is None:
             self._skip("units", reason)
+            self.metrics += [Metric(name, math.nan, higher, role=_role(name), unit=f"n/a: {reason}")
+                             for name, higher in UNIT_HEADLINES.items()]
             return
         self._profile(unit_set)
         self.info["unit_definition"] = unit_set.definition

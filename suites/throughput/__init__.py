@@ -7,6 +7,11 @@ its weights do not matter for speed), every point of a (mode x context x batch) 
 * ``prefill`` - a forward that builds the decode state (tokens/s),
 * ``decode``  - per-token latency of ``step()`` with the state already holding T tokens (ms/token).
 
+The speed floor (docs/controls.md): the registered context-free control (``floor="auto"``) at the same backbone is
+timed in the same rounds too. Its time is what the backbone costs without any mixing, so ``<mode>_mixing_ms``, the
+per-round difference of the mixer's time and the floor's at the model's context (median, bootstrap interval over
+rounds), is what the mixer's token mixing costs.
+
 At every point the two models are timed in alternating rounds (``suites/throughput/measure.py``, through
 :func:`harness.timing.interleaved`), so their time ratio is taken per round and reported as its median with a
 bootstrap interval over rounds; the crossovers come from those paired ratios, never from two tables measured at
@@ -27,6 +32,7 @@ ids and the attention model is timed past its training context (cost does not de
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,9 +43,9 @@ from harness.config import ModelSpec, as_tuple, to_dict
 from harness.errors import ConfigError
 from harness.provenance import device_descriptor, load_average
 from harness.registry import register_suite
-from harness.stats import Interval
+from harness.stats import Interval, percentile_interval
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
-from harness.timing import Candidate, interleaved
+from harness.timing import Candidate, interleaved, median_replicates
 from harness.values import option
 from suites.throughput import analysis
 from suites.throughput.measure import MODES, Point, TimingPlan, measure_points
@@ -59,6 +65,7 @@ class ThroughputConfig:
     max_warmup: int = option(8, "most warm-up rounds per point", min=3)
     decode_tokens: int = option(8, min=1)  # decode steps per timed call
     reference: str = "attention"  # "" = no reference (no crossovers)
+    floor: str = "auto"  # the speed floor: "auto" = the registered context-free control, "" = none, or a mixer name
     max_point_seconds: float = option(30.0, gt=0)  # a warm-up slower than this skips the longer contexts of that mode
     memory_cap_mb: int = option(0, min=0)  # CPU only: cap the address space per point (forces OOM in tests); 0 = none
 
@@ -102,8 +109,9 @@ class Throughput(Suite):
         "train_tok_s", "prefill_tok_s", "prefill_exponent", "crossover_prefill", "decode_ratio",
     )  # fmt: skip
     device_dependent: ClassVar[bool] = True
-    #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios
-    version: ClassVar[int] = 2
+    #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios;
+    #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it
+    version: ClassVar[int] = 3
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         cfg = self.cfg
@@ -112,13 +120,19 @@ class Throughput(Suite):
         lengths = cfg.lengths or (GPU_LENGTHS if device.type == "cuda" else CPU_LENGTHS)
         reference = None
         if cfg.reference and cfg.reference != model.spec.mixer:
-            reference = self._reference_model(model, device)
-        points, ref_points = self._sweep(model, reference, lengths, device, ctx)
+            reference = self._reference_model(model, device, cfg.reference)
+        floor_name = self._floor_name()
+        floor = None
+        if floor_name and floor_name not in (model.spec.mixer, cfg.reference):
+            floor = self._reference_model(model, device, floor_name)
+        points, ref_points, floor_points = self._sweep(model, reference, floor, lengths, device, ctx)
         tables = _tables(points, cfg.batch_sizes[0])
         reference_tables = _tables(ref_points, cfg.batch_sizes[0]) if reference is not None else None
         metrics = self._metrics(model, tables, reference_tables, lengths, device)
+        if floor is not None:
+            metrics += _floor_metrics(tables, _tables(floor_points, cfg.batch_sizes[0]), _context(model, lengths))
         plots = plot_tables(ctx.work_dir, model.spec.mixer, tables, cfg.reference, reference_tables)
-        points = points + [_tagged(p, "reference") for p in ref_points]
+        points = points + [_tagged(p, "reference") for p in ref_points] + [_tagged(p, "floor") for p in floor_points]
         info = {
             "device": device_descriptor(device),
             "load_average_start": load_start,
@@ -131,6 +145,7 @@ class Throughput(Suite):
             "lengths": list(lengths),
             "batch_sizes": list(cfg.batch_sizes),
             "reference": cfg.reference or None,
+            "floor": floor_name if floor is not None else None,
             "crossovers_outside_grid": [
                 m.name for m in metrics if m.name.startswith("crossover") and math.isnan(m.value)
             ],
@@ -139,12 +154,23 @@ class Throughput(Suite):
         return SuiteResult(metrics=metrics, samples=samples, plots=plots, info=info)
 
     # ------------------------------------------------------------------ sweeping
-    def _sweep(self, model, reference, lengths, device, ctx: SuiteContext) -> tuple[list[Point], list[Point]]:
-        """Every grid point of the model and, in the same interleaved rounds, of the reference (if any)."""
+    def _floor_name(self) -> str:
+        """The speed floor's mixer: the registered context-free control for "auto" (none registered: no floor)."""
+        from harness.registry import MIXERS
+
+        if self.cfg.floor != "auto":
+            return self.cfg.floor
+        return next((e.name for e in MIXERS.entries() if e.cls.control and e.cls.context_free), "")
+
+    def _sweep(self, model, reference, floor, lengths, device,
+               ctx: SuiteContext) -> tuple[list[Point], list[Point], list[Point]]:
+        """Every grid point of the model and, in the same interleaved rounds, of the reference and the floor (if
+        any). The reference comes second: the measured point's ``ratio`` is over it."""
         cfg = self.cfg
         cap = cfg.memory_cap_mb * 2**20 if cfg.memory_cap_mb else None
         plan = TimingPlan(cfg.repeats, cfg.warmup, cfg.max_warmup, budget_s=cfg.max_point_seconds)
-        models = {"measured": model} | ({"reference": reference} if reference is not None else {})
+        models = ({"measured": model} | ({"reference": reference} if reference is not None else {})
+                  | ({"floor": floor} if floor is not None else {}))
         points: dict[str, list[Point]] = {name: [] for name in models}
         total = len(cfg.modes) * len(lengths) * len(cfg.batch_sizes)
         done = 0
@@ -171,12 +197,13 @@ class Throughput(Suite):
                     if ctx.progress:
                         print(f"[throughput {model.spec.mixer}] {done}/{total} {mode} T={length} B={batch}: "
                               f"{_progress(measured)}", flush=True)
-        return points["measured"], points.get("reference", [])
+        return points["measured"], points.get("reference", []), points.get("floor", [])
 
-    def _reference_model(self, model, device):
-        """The reference model at this backbone on this device, built once per process (weights: seed 0)."""
-        spec = ModelSpec(self.cfg.reference, {}, model.config)
-        key = repr((to_dict(spec.backbone), self.cfg.reference, str(device)))
+    def _reference_model(self, model, device, mixer: str):
+        """A comparison model (the reference or the floor) at this backbone on this device, built once per process
+        (weights: seed 0)."""
+        spec = ModelSpec(mixer, {}, model.config)
+        key = repr((to_dict(spec.backbone), mixer, str(device)))
         if key not in _REFERENCE_MODELS:
             reference = build_model(spec, seed=0).to(device)
             reference.set_kernel(None, device)
@@ -185,7 +212,7 @@ class Throughput(Suite):
 
     # ------------------------------------------------------------------ metrics
     def _metrics(self, model, tables: Tables, reference: Tables | None, lengths, device) -> list[Metric]:
-        context = min(lengths, key=lambda t: (abs(t - model.config.context), t))
+        context = _context(model, lengths)
         out: list[Metric] = []
 
         def speed(mode: str, name: str) -> None:
@@ -224,6 +251,31 @@ class Throughput(Suite):
         out.append(Metric("state_floats_max", float(model.state_size(max(lengths))), False, unit="floats/sequence"))
         out += kernel_efficiency(model, self.cfg.batch_sizes[0], max(lengths), device, self.cfg.repeats)
         return out
+
+
+def _context(model, lengths) -> int:
+    """The measured length closest to the model's training context: where single-number speeds are read."""
+    return min(lengths, key=lambda t: (abs(t - model.config.context), t))
+
+
+def _floor_metrics(tables: Tables, floor: Tables, context: int) -> list[Metric]:
+    """``<mode>_mixing_ms``: per round, the mixer's time minus the floor's (timed in the same round), at ``context``;
+    the median over rounds with a bootstrap interval (rounds resampled). Per call for train and prefill, per
+    generated token for decode."""
+    out = []
+    for mode, table in tables.items():
+        p, f = table.get(context), floor.get(mode, {}).get(context)
+        if p is None or f is None or p.status != "ok" or f.status != "ok":
+            continue
+        n = min(len(p.rounds), len(f.rounds))
+        diffs = [(a - b) * 1e3 for a, b in zip(p.rounds[:n], f.rounds[:n])]
+        if not diffs:
+            continue
+        interval = percentile_interval(median_replicates(diffs)) if len(diffs) >= 2 else None
+        unit = "ms/token over the floor" if mode == "decode" else f"ms per call ({p.batch}x{context} tokens) over the floor"
+        out.append(Metric(f"{mode}_mixing_ms", float(statistics.median(diffs)), False, role="speed", interval=interval,
+                          n=len(diffs), unit=unit))
+    return out
 
 
 def _paired_metrics(mode: str, table: dict[int, Point], reference: dict[int, Point], context: int) -> list[Metric]:
@@ -270,11 +322,12 @@ def _tagged(point: Point, tag: str) -> Point:
 
 def _progress(points: dict[str, Point]) -> str:
     shown = []
+    names = list(points)
     for name, p in points.items():
         text = f"{p.seconds * 1e3:.2f} ms" if p.seconds else p.status
         if p.ratio is not None:
-            text += f" (x{p.ratio.median:.2f} the reference)"
-        shown.append(text if name == "measured" else f"reference {text}")
+            text += f" (x{p.ratio.median:.2f} the {names[1]})"
+        shown.append(text if name == "measured" else f"{name} {text}")
     return ", ".join(shown)
 
 

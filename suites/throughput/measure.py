@@ -237,8 +237,9 @@ class _Run:
 def measure_points(models: dict[str, object], mode: str, length: int, batch: int, device: torch.device,
                    plan: TimingPlan, decode_tokens: int, memory_cap: int | None) -> dict[str, Point]:
     """Time one point of every model in ``models`` (name -> model) in interleaved rounds; the first name's point
-    gets ``ratio``, its time over the second's per round. A model that runs out of memory gets an ``oom`` point and
-    the others are timed without it."""
+    gets ``ratio``, its time over the second's per round (the others' rounds line up with it, round by round, for
+    paired differences). A model that runs out of memory gets an ``oom`` point and the others are timed without
+    it."""
     runs = [_Run(name, model, workload(model, mode, length, batch, device, decode_tokens))
             for name, model in models.items()]
     modes = {name: model.training for name, model in models.items()}
