@@ -2,7 +2,8 @@
 (forward + backward, :mod:`harness.backbone_kernels`), the head's softmax (:mod:`harness.lm_head`), the fused
 AdamW step, then whole training steps of one mixer with all of them against none of them.
 
-Shapes: a preset's (default quick: 16 x 256 tokens, d_model 128, SwiGLU width 336). Timed by
+Shapes: a preset's (default quick: d_model 128, SwiGLU width 336, the preset's batch; docs/cpu_kernels.md's
+figures were measured at the earlier 16 x 256 tokens). Timed by
 :func:`harness.timing.interleaved` (rounds alternate, warm-up until settled); ratios are paired per round
 (median and 95% bootstrap interval).
 

@@ -2,7 +2,8 @@
 and ``F.cross_entropy`` against the fused head of :mod:`harness.lm_head` at several block sizes, then whole
 training steps of one mixer with each head.
 
-Shapes: the quick preset's (d_model 128, vocab 4,096, 16 x 256 tokens). Timed by
+Shapes: the quick preset's (d_model 128; vocabulary and batch from the preset: docs/cpu_kernels.md's figures were
+measured at the earlier vocab 4,096 and 16 x 256 tokens). Timed by
 :func:`harness.timing.interleaved` (rounds alternate, warm-up until settled); ratios are paired per round
 (median and 95% bootstrap interval).
 

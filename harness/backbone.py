@@ -55,16 +55,22 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.ffn = SwiGLU(cfg.d_model, cfg.ffn_dim, cfg.dropout)
         self.dropout = nn.Dropout(cfg.dropout)
+        # a gate on the mixer branch (docs/controls.md; ReZero, SkipInit): a scalar that starts small, so every
+        # update of the branch is scaled down until the layer's gradient asks for more mixing
+        self.mixer_gate = nn.Parameter(torch.full((), cfg.mixer_gate_init)) if cfg.mixer_gate else None
+
+    def gated(self, y: torch.Tensor) -> torch.Tensor:
+        return y if self.mixer_gate is None else y * self.mixer_gate
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         y, state = self.mixer(self.mixer_norm(x), state)
-        x = x + self.dropout(y)
+        x = x + self.dropout(self.gated(y))
         x = x + self.dropout(self.ffn(self.ffn_norm(x)))
         return x, state
 
     def step(self, x_t: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         y, state = self.mixer.step(self.mixer_norm(x_t), state)
-        x_t = x_t + y
+        x_t = x_t + self.gated(y)
         return x_t + self.ffn(self.ffn_norm(x_t)), state
 
 

@@ -260,7 +260,7 @@ def test_a_plan_with_lm_eval_among_its_suites_stores_and_boards_it(tmp_path, cap
     """lm-eval is a registered suite: a plan runs it like any other (its bundled offline stand-in task), keyed by
     the one identity, and the board gets its column."""
     plan = tmp_path / "plan.yaml"
-    plan.write_text("preset: tiny\nmixers: [protot]\nsuites:\n  lm-eval: {limit: 40}\n  perplexity: {max_windows: 8}\n"
+    plan.write_text("preset: tiny\nmixers: [protot]\ncontrols: []\nsuites:\n  lm-eval: {limit: 40}\n  perplexity: {max_windows: 8}\n"
                     "train: {token_budget: 4096}\ndata: {max_train_docs: 20}\n")
     results = tmp_path / "results"
     assert main(["run", str(plan), "--results", str(results), "--no-progress"]) == 0

@@ -24,6 +24,7 @@ PLAN = """\
 name: tiny-nightly
 presets: [tiny]
 mixers: [protot, attention]
+controls: []
 suites:
   perplexity: {max_windows: 16, bootstrap: 100, splits: [test]}
 train: {token_budget: 32768}

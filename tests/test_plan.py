@@ -22,6 +22,7 @@ PLAN = """\
 name: {name}
 presets: [tiny]
 mixers: [protot, attention]
+controls: []  # the grid mechanics under test here; tests/test_controls.py covers the controls in grids
 seeds: [0]
 suites:
   perplexity: {{max_windows: 16, bootstrap: 100, splits: [test]}}
@@ -80,7 +81,7 @@ def test_the_shipped_example_plan_is_valid():
 
     # check=False skips building mamba / deltanet on the meta device (their kernel imports take ~15 s here)
     plan = load_plan(Path(__file__).resolve().parents[1] / "plans" / "nightly-tiny.yaml", check=False)
-    assert plan.name == "nightly-tiny" and plan.jobs == 8
+    assert plan.name == "nightly-tiny" and plan.jobs == 12  # 4 mixers and the 2 controls, 2 seeds
     for mixer in plan.mixers:
         MIXERS.get(mixer)
     for suite in plan.suites:
@@ -326,7 +327,7 @@ def test_editing_a_mixers_source_reruns_that_mixers_runs_and_nothing_else(tmp_pa
         return report.trained, report.written, written
 
     try:
-        assert run() == (2, 2, {"_edit_honest", "attention"})
+        assert run() == (4, 4, {"_edit_honest", "attention", "none", "mean"})  # with the controls
         assert run() == (0, 0, set())  # nothing changed: nothing re-runs
         (pkg / "mixer.py").write_text(source + "\n# an edit: the mixer's source changed\n")
         assert run() == (1, 1, {"_edit_honest"})  # only the edited mixer

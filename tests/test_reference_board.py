@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from harness.quickstart import quickstart_mixers, quickstart_suites
+from harness.registry import control_mixers
 from harness.render import validate_board_document
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
@@ -15,7 +16,8 @@ REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 def test_reference_board_parses_and_covers_the_quickstart():
     doc = json.loads((REFERENCE / "board.json").read_text(encoding="utf-8"))
     validate_board_document(doc)
-    assert {r["mixer"] for r in doc["rows"]} == set(quickstart_mixers())
+    assert {r["mixer"] for r in doc["rows"] if not r["control"]} == set(quickstart_mixers())
+    assert {r["mixer"] for r in doc["rows"] if r["control"]} == set(control_mixers())  # trained beside them
     assert {c["suite"] for c in doc["columns"]} == set(quickstart_suites())
     for row in doc["rows"]:
         assert row["gate"] == "passed" and row["provenance"]["revision"], row["model"]

@@ -19,6 +19,7 @@ PLAN = """\
 name: sections
 presets: [tiny]
 mixers: [protot, attention]
+controls: []
 suites:
   perplexity: {max_windows: 8, bootstrap: 50}
   robustness: {pairs_per_slice: 6, samples_per_slice: 2, bootstrap: 50}
