@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One GPU, at most 8 minutes: every CUDA parity test of the six mixers (fp32, bf16, decode), the CUDA-only tests
-# in tests/, and the throughput grid 1k-64k of the four paper mixers (CUDA events, CUDA-graph decode), then ONE
-# summary table. Each part runs under its own time limit and fails soft: its error is printed, the next part runs,
-# and the summary says which parts failed. Exit status: 0 only if every part passed.
+# One GPU, at most 9 minutes: every CUDA parity test of the six mixers (fp32, bf16, decode), the CUDA-only tests
+# in tests/, training speed of the four paper mixers at paper-small (tokens/s, MFU, peak memory, loss), and the
+# throughput grid 1k-64k of the four paper mixers (CUDA events, CUDA-graph decode), then ONE summary table. Each
+# part runs under its own time limit and fails soft: its error is printed, the next part runs, and the summary
+# says which parts failed. Exit status: 0 only if every part passed.
 #
 #   bash benchmarks/gpu_check.sh            # on the GPU machine, from anywhere
 #   bash benchmarks/gpu_check.sh --dry-run  # the same plumbing on a CPU at tiny sizes (no GPU needed)
@@ -59,36 +60,53 @@ install_wheels() {
 environment() {
   install_wheels || echo "installing the carried packages failed; going on with what is installed"
   "$PY" - <<'EOF'
-import importlib.metadata as md, platform, torch
-print(f"python {platform.python_version()}; torch {torch.__version__}; cuda available {torch.cuda.is_available()}")
-if torch.cuda.is_available():
+import importlib.metadata as md, json, os, platform, torch
+cuda = torch.cuda.is_available()
+gpus = torch.cuda.device_count() if cuda else 0
+print(f"python {platform.python_version()}; torch {torch.__version__}; cuda available {cuda}; {gpus} GPU(s)")
+if cuda:
     print(f"device {torch.cuda.get_device_name()}, capability {torch.cuda.get_device_capability()}")
+packages = {}
 for pkg in ("triton", "flash-linear-attention", "fla-core", "mamba-ssm", "causal-conv1d", "einops", "numpy", "scipy"):
     try:
-        print(f"  {pkg} {md.version(pkg)}")
+        packages[pkg] = md.version(pkg)
     except md.PackageNotFoundError:
-        print(f"  {pkg} MISSING")
+        packages[pkg] = None
+    print(f"  {pkg} {packages[pkg] or 'MISSING'}")
+with open(os.path.join(os.environ["LOG"], "env.json"), "w") as f:  # the summary's GPU count
+    json.dump({"torch": torch.__version__, "cuda": cuda, "gpu_count": gpus,
+               "devices": [torch.cuda.get_device_name(i) for i in range(gpus)], "packages": packages}, f, indent=1)
 EOF
 }
 
 export PYTHONPATH="/tmp/site:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$DRY" = 1 ]; then  # plumbing only: tiny sizes, two mixers in the grid, one thread
   DEVICE=cpu; LENGTHS=32,64; PRESET=tiny; KLEN=256; REPEATS=2; PARITY_T=40; GRID=protot,attention
+  TRAIN_ARGS="--steps 4 --warmup-steps 1 --max-train-docs 40"
   export OMP_NUM_THREADS=1
 else
   DEVICE=cuda; LENGTHS=1024,2048,4096,8192,16384,32768,65536; PRESET=paper-small; KLEN=4096; REPEATS=5; PARITY_T=96
   GRID=protot,attention,mamba,deltanet
+  TRAIN_ARGS="--steps 60 --warmup-steps 10"  # the first run also trains the 16384-id BPE (~10 s, then cached)
 fi
 echo "gpu_check: python $PY, device $DEVICE, logs in $LOG"
 
 export -f install_wheels environment
-export PY
-run_part env 60 bash -c environment
-run_part parity 150 "$PY" benchmarks/gpu_parity.py --device "$DEVICE" --seq-len "$PARITY_T" --json "$LOG/parity.json"
+export PY LOG
+# Time limits, 535 s (under 9 minutes) in all, so that the check with the machine's start and the transfers fits a
+# lent GPU's 15 minutes with time left to rerun a part. The training part (150 s) was paid for by the others:
+# env 60 -> 45, parity 150 -> 120, cuda-tests 90 -> 80, throughput 170 -> 140 (its grid starts no new point
+# after 105 s instead of 130 s, so its longest lengths are the ones a slow GPU skips). Training runs before the
+# throughput grid: its numbers are the ones `mixbench train` gets, and the grid is the part that trims itself.
+run_part env 45 bash -c environment
+run_part parity 120 "$PY" benchmarks/gpu_parity.py --device "$DEVICE" --seq-len "$PARITY_T" --json "$LOG/parity.json"
 CUDA_TESTS=$(grep -l "torch.cuda.is_available" tests/test_*.py | tr '\n' ' ')
-run_part cuda-tests 90 "$PY" -m pytest -q -p no:cacheprovider -rs -k cuda --junitxml "$LOG/pytest.xml" $CUDA_TESTS
-run_part throughput 170 "$PY" benchmarks/gpu_throughput.py --device "$DEVICE" --preset "$PRESET" --lengths "$LENGTHS" \
-  --mixers "$GRID" --repeats "$REPEATS" --kernel-length "$KLEN" --budget-s 130 --json "$LOG/throughput.json"
+run_part cuda-tests 80 "$PY" -m pytest -q -p no:cacheprovider -rs -k cuda --junitxml "$LOG/pytest.xml" $CUDA_TESTS
+# shellcheck disable=SC2086  # TRAIN_ARGS is a list of options
+run_part train 150 "$PY" benchmarks/gpu_train.py --device "$DEVICE" --preset "$PRESET" --mixers "$GRID" $TRAIN_ARGS \
+  --budget-s 110 --json "$LOG/train.json"
+run_part throughput 140 "$PY" benchmarks/gpu_throughput.py --device "$DEVICE" --preset "$PRESET" --lengths "$LENGTHS" \
+  --mixers "$GRID" --repeats "$REPEATS" --kernel-length "$KLEN" --budget-s 105 --json "$LOG/throughput.json"
 
 echo
 "$PY" benchmarks/gpu_report.py "$LOG" || echo "the summary itself failed; see the parts' output above"

@@ -1,7 +1,9 @@
-"""The single summary table of ``benchmarks/gpu_check.sh``: every part's status, the parity rows, the throughput grid.
+"""The single summary table of ``benchmarks/gpu_check.sh``: every part's status, the GPUs, the parity rows, the
+training speed per mixer, the throughput grid.
 
-Reads the folder the script wrote: ``status`` (one line per part: name, exit code, seconds), ``parity.json``
-(``benchmarks/gpu_parity.py --json``), ``pytest.xml`` (JUnit) and ``throughput.json``
+Reads the folder the script wrote: ``status`` (one line per part: name, exit code, seconds), ``env.json`` (the
+environment part: GPU count and names), ``parity.json`` (``benchmarks/gpu_parity.py --json``), ``pytest.xml``
+(JUnit), ``train.json`` (``benchmarks/gpu_train.py --json``) and ``throughput.json``
 (``benchmarks/gpu_throughput.py --json``). A part that is missing or failed is reported as such; the summary
 is printed whatever is there.
 
@@ -15,7 +17,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from gpu_throughput import table as throughput_table  # a sibling script (this folder is on sys.path)
+from gpu_throughput import table as throughput_table  # sibling scripts (this folder is on sys.path)
+from gpu_train import table as train_table
 
 RESULT = {0: "ok", 124: "TIMED OUT", 137: "KILLED"}
 
@@ -28,6 +31,25 @@ def part_rows(log: Path) -> list[str]:
         code = int(rc) if rc.lstrip("-").isdigit() else -1
         rows.append(f"  {name:<12} {RESULT.get(code, f'FAILED (exit {code})'):<18} {seconds:>6} s")
     return rows or ["  (no part ran)"]
+
+
+def gpu_rows(log: Path) -> list[str]:
+    """How many GPUs the check saw, and why the 2-process NCCL torchrun training (tests/test_distributed.py runs
+    it with gloo on CPUs) is not among the parts: it needs two GPUs, and the check is made for one."""
+    count, names = None, []
+    for name in ("env.json", "train.json"):  # the environment part's count, else the training part's
+        path = log / name
+        if count is None and path.exists():
+            data = json.loads(path.read_text())
+            count, names = data.get("gpu_count"), data.get("devices", [])
+    if count is None:
+        return ["  GPUs: unknown (no env.json or train.json)", "  NCCL torchrun, 2 processes: not run"]
+    seen = f"  GPUs: {count}" + (f" ({', '.join(sorted(set(names)))})" if names else "")
+    if count < 2:
+        why = "no GPU" if count == 0 else "one GPU"
+    else:
+        why = f"not a part of this check ({count} GPUs here: torchrun --nproc-per-node 2 -m harness.cli train by hand)"
+    return [seen, f"  NCCL torchrun, 2 processes: not run: {why}"]
 
 
 def parity_rows(log: Path) -> list[str]:
@@ -73,9 +95,23 @@ def throughput_rows(log: Path) -> list[str]:
     return [head] + ["  " + line for line in throughput_table(data).splitlines()]
 
 
+def train_rows(log: Path) -> list[str]:
+    path = log / "train.json"
+    if not path.exists():
+        return ["  training: no results (see the part's output above)"]
+    data = json.loads(path.read_text())
+    first = next((r for r in data["rows"] if "batch" in r), {})
+    shape = f"batch {first['batch']} x context {first['context']}, " if first else ""
+    head = (f"  {data['device']}; torch {data['torch']}; preset {data['preset']}, {shape}{data['dtype']}; "
+            f"{data['warmup_steps']} + {data['steps']} steps")
+    return [head] + ["  " + line for line in train_table(data).splitlines()]
+
+
 def summary(log: Path) -> str:
-    sections = [("parts", part_rows(log)), ("parity (CUDA path vs CPU reference)", parity_rows(log)),
-                ("CUDA-only tests", pytest_rows(log)), ("throughput", throughput_rows(log))]
+    sections = [("parts", part_rows(log)), ("GPUs", gpu_rows(log)),
+                ("parity (CUDA path vs CPU reference)", parity_rows(log)), ("CUDA-only tests", pytest_rows(log)),
+                ("training (optimizer steps at the preset, no checkpoints)", train_rows(log)),
+                ("throughput", throughput_rows(log))]
     out = ["=" * 100, "GPU CHECK SUMMARY"]
     for title, rows in sections:
         out += [f"-- {title}", *rows]

@@ -53,9 +53,9 @@ class Autocast(nn.Module):
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, self.dtype, cache_enabled=False)
 
-    def forward(self, ids, states=None):
+    def forward(self, ids, states=None, targets=None):  # targets: lm_loss's fused head and loss (train mode)
         with self._cast():
-            return self.model(ids, states)
+            return self.model(ids, states, targets=targets)
 
     def step(self, ids_t, states):
         with self._cast():
