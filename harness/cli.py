@@ -311,6 +311,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         {**_train_overrides(args), "seed": args.seed}, _data_overrides(args),
     )
     device = _device(args.device)
+    from harness.memory import check_training
+
+    check_training(spec.model.backbone, spec.train.batch_size, device, f"training {args.mixer}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise MixbenchError(f"--out {out} is a file; pass a folder for the checkpoint.")
@@ -470,6 +473,21 @@ COMMANDS = {
 }
 
 
+#: commands that only read the store: every other command given --results writes runs into it
+READ_ONLY = ("leaderboard", "publish")
+
+
+def _refuse_a_store_that_ends_with_the_process(args: argparse.Namespace) -> None:
+    """A ``memory://`` store lives in this process: a command that writes runs into it would report success and
+    lose them when it exits."""
+    results = str(getattr(args, "results", "") or "")
+    if results.startswith("memory://") and args.command not in READ_ONLY:
+        raise MixbenchError(
+            f"--results {results} is a store in this process's memory: what `mixbench {args.command}` writes there "
+            "is gone when the command ends; pass a folder or a shared URL (file://, s3://, ...)."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # one-line warnings for the command's duration only
         warnings.showwarning = _one_line_warning
@@ -491,6 +509,7 @@ def _main(argv: list[str]) -> int:
     # flushing them to zero changes no result above 1e-38.
     torch.set_flush_denormal(True)
     try:
+        _refuse_a_store_that_ends_with_the_process(args)
         if getattr(args, "suite_command", None) is not None:
             return args.suite_command(args)
         return COMMANDS[args.command](args)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import ConfigError, UnknownNameError
+from harness.errors import ConfigError, UnknownNameError, short_repr
 
 
 def as_tuple(value: Any, cast: type = str, field_name: str = "value") -> tuple:
@@ -28,6 +28,15 @@ def as_tuple(value: Any, cast: type = str, field_name: str = "value") -> tuple:
         return tuple(cast(v) for v in items)
     except (TypeError, ValueError):
         raise ConfigError(f"{field_name} must be a comma-separated list of {cast.__name__}s, got {value!r}.") from None
+
+
+#: seeds are 64-bit: torch's generators take at most 2**64 - 1, and numpy's streams are keyed by the same number
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: object, where: str = "seed") -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{where} must be an integer from 0 to 2**63 - 1, got {short_repr(seed)}.")
 
 
 def _positive(name: str, value: float) -> None:
@@ -104,6 +113,7 @@ class TrainConfig:
         _positive("grad_clip", self.grad_clip)
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ConfigError("eval_every and checkpoint_every must be >= 0.")
+        check_seed(self.seed)
         object.__setattr__(self, "betas", tuple(self.betas))
 
     def steps(self, context: int) -> int:

@@ -359,6 +359,9 @@ def run_checks(
     # the backbone's mixer gate starts at 0 and would hide the mixer from the model-level checks
     backbone = dataclasses.replace(backbone, mixer_gate=False)
     spec = ModelSpec(mixer, dict(mixer_config or {}), backbone)
+    from harness.specs import validate_model
+
+    validate_model(spec)  # the mixer's own checks and a size check, before any memory is allocated
     model = build_model(spec, seed=config.seed).to(device).eval()
     model.set_kernel(None, torch.device(device))
     batch = max(config.batch_sizes)

@@ -36,3 +36,12 @@ class UnknownNameError(MixbenchError, KeyError):
 
 class NonFiniteLossError(MixbenchError):
     """Training produced a NaN or infinite loss."""
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr`` for a message: long texts cut, and a huge integer described (its digits cannot even be printed
+    past 4,300 of them)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 160:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

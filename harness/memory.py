@@ -94,6 +94,8 @@ def available(device: torch.device | str) -> Limit | None:
     """What ``device`` has free for new work, or None where that cannot be read."""
     device = torch.device(device)
     if device.type == "cuda":
+        if not torch.cuda.is_available():  # a CPU-only driver planning GPU jobs: nothing here to read
+            return None
         free, _total = torch.cuda.mem_get_info(device)
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return Limit(int(free + cached), f"free on {device} (torch.cuda.mem_get_info plus PyTorch's unused cache)")
@@ -252,6 +254,25 @@ def decode_estimate(model, batch: int, length: int) -> Estimate:
     state = model.state_size(length) * batch * element
     logits = batch * model.config.vocab_size * 4
     return Estimate(int(state + logits), f"the mixers' decode state after {length:,} tokens, for {batch} sequences")
+
+
+# ---------------------------------------------------------------------------------------------- from the numbers
+
+
+def training_floor(backbone, batch: int) -> Estimate:
+    """A lower bound on one training step's memory, from the shapes alone (nothing is allocated): the token ids
+    and targets, and per layer the activations backward must keep at the least (the block's input and the FFN's
+    two hidden projections), in float32. Real peaks are several times higher; a step this bound already rules
+    out is refused before a model, a batch or a gate run is built for it."""
+    tokens = batch * (backbone.context + 1)
+    per_token = 16 + backbone.n_layers * 4 * (backbone.d_model + 2 * backbone.ffn_dim)
+    return Estimate(tokens * per_token, f"a lower bound: {per_token:,} bytes for each of {tokens:,} tokens of a step")
+
+
+def check_training(backbone, batch: int, device: torch.device | str, what: str) -> None:
+    """Refuse to train ``what`` when even :func:`training_floor` exceeds the memory ``device`` has."""
+    check_fits(training_floor(backbone, batch), device, what,
+               "lower the context (--context / backbone.context) or the batch size")
 
 
 # ---------------------------------------------------------------------------------------------- checking

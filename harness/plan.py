@@ -34,8 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from harness.config import check_seed
 from harness.errors import ConfigError, MixbenchError
-from harness.runner import GridRequest, Resources
+from harness.runner import GridRequest, Resources, check_grid_size
 from harness.values import build_config, coerce_values, option
 
 PLAN_KEYS = (
@@ -43,6 +46,10 @@ PLAN_KEYS = (
     "backbone", "device", "kernel", "resources", "nightly",
 )
 TOLERANCE_KEYS = ("rel_tolerance", "abs_tolerance", "ci_scale")
+#: a plan is a few lines of YAML; a file this large is a mistake (or an attack), refused before parsing
+MAX_PLAN_BYTES = 1 << 20
+#: the plan's name names a folder and is part of every snapshot's path
+MAX_NAME_CHARS = 100
 Z95 = 1.959964  # two-sided 95% normal quantile: the margin of a difference of two independent estimates
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -114,6 +121,11 @@ class Plan:
             raise ConfigError(
                 f"plan name {self.name!r} must be letters, digits, '-', '_' or '.' (it names a folder in the store)."
             )
+        if len(self.name) > MAX_NAME_CHARS:
+            raise ConfigError(
+                f"plan name {self.name[:40]}... is {len(self.name)} characters long; it names a folder in the store, "
+                f"so give one of at most {MAX_NAME_CHARS} (the `name:` key, or the file's name)."
+            )
         for key in ("presets", "mixers", "suites", "seeds"):
             values = getattr(self, key)
             if not values:
@@ -121,8 +133,8 @@ class Plan:
             if len(set(values)) != len(values):
                 raise ConfigError(f"plan {self.name}: '{key}' lists a value twice: {list(values)}.")
         for seed in self.seeds:
-            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                raise ConfigError(f"plan {self.name}: seeds must be integers >= 0, got {seed!r}.")
+            check_seed(seed, f"plan {self.name}: each seed")
+        check_grid_size(len(self.presets) * len(self.mixers) * len(self.seeds), f"plan {self.name}")
         for what, configs, names in (
             ("mixer_configs", self.mixer_configs, self.mixers), ("suites", self.suite_configs, self.suites),
         ):
@@ -221,19 +233,63 @@ def _located(where: str, part: str) -> Iterator[None]:
 
 def load_plan(path: str | Path, check: bool = True) -> Plan:
     """Read and validate a plan file; every mistake is a :class:`ConfigError` naming the key and the fix."""
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise MixbenchError(f"plan file {path} does not exist; pass a YAML file (see harness/plan.py for its keys).")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"plan {path} is not valid YAML ({exc}); fix the syntax.") from None
+    raw = _load_yaml(path)
     plan = plan_from_dict(raw, default_name=path.stem, source=str(path))
     if check:
         plan.check()
     return plan
+
+
+class _PlanLoader(yaml.SafeLoader):
+    """YAML as a plan needs it: no aliases (``*name``: a few lines of them expand to billions of items), and a key
+    given twice is an error instead of the second silently replacing the first."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a plan; write the "
+                                              "values out", mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # noqa: ANN001
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: PyYAML's own error says so below
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice in one mapping; keep one", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _load_yaml(path: Path) -> Any:
+    """The plan file's YAML, or a ConfigError of one sentence: too large, not UTF-8 text, bad YAML, aliases, a
+    repeated key, a number too long to read."""
+    size = path.stat().st_size
+    if size > MAX_PLAN_BYTES:
+        raise ConfigError(f"plan {path} is {size:,} bytes; a plan is a short YAML file (at most {MAX_PLAN_BYTES:,} "
+                          "bytes): check the path.")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"plan {path} is not a text file (byte {exc.start} is not UTF-8); pass a YAML plan.") from None
+    if "\x00" in text:
+        raise ConfigError(f"plan {path} is not a text file (it holds NUL bytes); pass a YAML plan.")
+    try:
+        return yaml.load(text, Loader=_PlanLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        where = " ".join(str(exc).replace('"<unicode string>"', str(path)).split())
+        raise ConfigError(f"plan {path} is not valid YAML ({where}); fix it.") from None
+    except ValueError as exc:  # PyYAML's int(): a number of more than 4,300 digits
+        raise ConfigError(f"plan {path} holds a value that cannot be read ({exc}); fix it.") from None
 
 
 def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Plan:

@@ -31,6 +31,7 @@ from harness.gate import GateFailed, require_gate
 from harness.checkpoint import final_weights_hash
 from harness.identity import mixer_identity, model_identity, trained_identity
 from harness.manifest import GateRecord
+from harness.memory import check_training
 from harness.registry import SUITES
 from harness.results import ResultsStore
 from harness.specs import bind_vocab, make_run_spec
@@ -40,6 +41,19 @@ from harness.training import train
 if TYPE_CHECKING:  # pragma: no cover
     from harness.data import Corpus
     from harness.executors import Executor
+
+
+#: models one grid may ask for: larger grids are a typo (a seed range pasted out), or belong in several plans
+MAX_GRID_MODELS = 1000
+
+
+def check_grid_size(models: int, where: str) -> None:
+    """Refuse a grid of more than :data:`MAX_GRID_MODELS` models before anything is built for it."""
+    if models > MAX_GRID_MODELS:
+        raise ConfigError(
+            f"{where} asks for {models:,} models (presets x mixers x seeds), more than the {MAX_GRID_MODELS:,} one "
+            "grid may hold; check the seeds and mixers, or split the grid into several plans."
+        )
 
 
 @dataclass(frozen=True)
@@ -230,6 +244,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     before the (possibly long) data loading and tokenizer training.
     """
     pending: list[tuple[GridRequest, RunSpec]] = []
+    check_grid_size(sum(len(r.all_mixers()) * len(r.seeds) for r in reqs), "the grid")
     for req in reqs:
         for suite in req.suites:  # fail on an unknown suite or bad suite option before any work
             SUITES.get(suite).make_config(req.suite_overrides.get(suite))
@@ -243,6 +258,8 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                     train_overrides={**req.train_overrides, "seed": seed},
                     data_overrides=req.data_overrides,
                 )
+                check_training(spec.model.backbone, spec.train.batch_size, req.device,
+                               f"training {mixer} at preset {req.preset}")
                 pending.append((req, spec))
     store.ensure_writable()
     jobs, seen = [], set()

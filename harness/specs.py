@@ -85,11 +85,17 @@ def make_run_spec(
 
 
 def validate_model(model: ModelSpec) -> None:
-    """Construct the model on the meta device: every mixer's own checks run, no memory is used."""
+    """Construct the model on the meta device: every mixer's own checks run, no memory is used. Then refuse a
+    model whose weights alone would not fit this machine's memory (models are built here before they move
+    anywhere), from the parameter count, before anything is allocated."""
     from harness.backbone import MixerLM
+    from harness.memory import Estimate, check_fits
 
     with torch.device("meta"):
-        MixerLM(model)
+        built = MixerLM(model)
+    n = sum(p.numel() for p in built.parameters())
+    check_fits(Estimate(4 * n, f"its {n:,} parameters in float32"), "cpu", f"building the {model.mixer} model",
+               "choose smaller config values (width, layers, the mixer's own sizes)")
 
 
 def bind_vocab(spec: RunSpec, vocab_size: int) -> RunSpec:

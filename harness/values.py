@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, short_repr
 
 _LIMIT_KEYS = ("min", "max", "gt", "lt")
 _TRUE = ("true", "yes", "on", "1")
@@ -237,7 +237,7 @@ def coerce(info: FieldInfo, value: Any, owner: str) -> Any:
         return _convert(info.type, value, info)
     except _Mismatch as exc:
         why = f" ({exc})" if str(exc) else ""
-        raise ConfigError(f"{owner}: {info.name} must be {_expected(info)}, got {value!r}{why}.") from None
+        raise ConfigError(f"{owner}: {info.name} must be {_expected(info)}, got {short_repr(value)}{why}.") from None
 
 
 def _convert(tp: Any, value: Any, info: FieldInfo) -> Any:
@@ -315,13 +315,23 @@ def _bool(value: Any) -> bool:
     raise _Mismatch()
 
 
+#: every integer a config holds is a count, size or seed; past 64 bits it is a typo, and Python refuses to even
+#: convert strings of more than 4,300 digits
+_MAX_INT = 2**63 - 1
+
+
 def _int(value: Any) -> int:
     if isinstance(value, bool):
         raise _Mismatch("a boolean")
-    if isinstance(value, numbers.Integral):
-        return int(value)
     if isinstance(value, str) and _INT.fullmatch(value.strip()):
-        return int(value.strip())
+        digits = value.strip().lstrip("+-").replace("_", "")
+        if len(digits) > 19:
+            raise _Mismatch(f"a number of {len(digits):,} digits, outside the 64-bit range")
+        value = int(value.strip())
+    if isinstance(value, numbers.Integral):
+        if abs(int(value)) > _MAX_INT:
+            raise _Mismatch("outside the 64-bit range")
+        return int(value)
     raise _Mismatch()
 
 

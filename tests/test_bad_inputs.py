@@ -40,8 +40,13 @@ class World:
 
 
 def write_plan(root: Path, name: str, body: str) -> str:
+    """A tiny protot plan with ``body``'s keys; a key of the defaults the body gives is the body's (a plan may
+    not give a key twice)."""
     path = root / f"{name}.yaml"
-    path.write_text("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\n" + textwrap.dedent(body))
+    body = textwrap.dedent(body)
+    defaults = [line for line in ("presets: [tiny]", "mixers: [protot]", "suites: [perplexity]")
+                if not body.startswith(line.split(":")[0] + ":") and f"\n{line.split(':')[0]}:" not in body]
+    path.write_text("\n".join(defaults) + "\n" + body)
     return str(path)
 
 
@@ -65,6 +70,44 @@ def edit_checkpoint(source: Path, out: Path) -> None:
         config.write_text(json.dumps(meta))
 
 
+def strip_identity(source: Path, out: Path) -> None:
+    """A copy whose config was edited after training and whose recorded identity was removed: only the training
+    id saved beside the run spec still tells."""
+    shutil.copytree(source, out)
+    for config in out.rglob("config.json"):
+        meta = json.loads(config.read_text())
+        meta.pop("model_identity", None)
+        meta["run_spec"]["model"]["mixer_config"]["mass_floor"] = 1e-3
+        config.write_text(json.dumps(meta))
+
+
+def make_round_two(root: Path, checkpoint: Path, store: Path) -> None:
+    """The files of the second round (issue 31): plans, a plugin, a task YAML, checkpoints and a site with the
+    store inside it."""
+    (root / "binary.yaml").write_bytes(b"\x9a\x00\xff binary, not YAML\n" * 4)
+    bomb = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    bomb += [f"{c}: &{c} [{','.join(['*' + p] * 9)}]" for p, c in zip("abcdef", "bcdefg")]
+    (root / "bomb.yaml").write_text("\n".join(bomb) + "\npresets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\n")
+    write_plan(root, "plan-big-seed", "seeds: [18446744073709551617]\n")
+    write_plan(root, "plan-huge-context", "backbone: {context: 100000000}\n")
+    write_plan(root, "plan-huge-grid", "seeds: [" + ",".join(map(str, range(30_000))) + "]\n")
+    (root / "plan-key-twice.yaml").write_text("presets: [tiny]\nmixers: [protot]\nsuites: [perplexity]\n"
+                                              "suites: [glue]\n")
+    write_plan(root, "plan-long-name", f"name: {'n' * 300}\n")
+    (root / "plan-digits.yaml").write_text("presets: [tiny]\nsuites: [perplexity]\nmixers: {protot: {n_prototypes: "
+                                            + "7" * 5000 + "}}\n")
+    (root / "tasks").mkdir()
+    (root / "tasks" / "broken.yaml").write_text(
+        "task: broken_fn\ncustom_dataset: !function nosuchmodule.load\noutput_type: multiple_choice\n"
+        "test_split: test\ndoc_to_text: '{{text}}'\ndoc_to_choice: [' a', ' b']\ndoc_to_target: 0\n"
+        "metric_list:\n  - metric: acc\n")
+    shutil.copytree(checkpoint, root / "escaping")
+    (root / "escaping" / "LATEST").write_text("../../elsewhere/step-0000001")
+    strip_identity(checkpoint, root / "stripped")
+    assert main(["publish", "--results", str(store), "--out", str(root / "site-with-store")]) == 0
+    shutil.copytree(store, root / "site-with-store" / "data")
+
+
 def long_text(i: int) -> str:
     words = "the quick brown fox jumps over a lazy dog while seven wizards quietly box in the jungle".split()
     return " ".join(words[(i + k) % len(words)] for k in range(400))
@@ -82,6 +125,7 @@ def world(protot_checkpoint, tmp_path_factory):
     assert main(["publish", "--results", str(store), "--out", str(root / "site")]) == 0  # a live site
     (root / "empty-store" / "runs").mkdir(parents=True)  # a store that holds no run
     edit_checkpoint(protot_checkpoint, root / "edited")
+    make_round_two(root, protot_checkpoint, store)
     busy = root / "busy"
     holder = subprocess.Popen(  # a second process really holds the lock, as a concurrent `mixbench train` would
         [sys.executable, "-c", "import sys; from harness.checkpoint import writer_lock\n"
@@ -191,6 +235,53 @@ ROWS = [
     ("edited checkpoint config", lambda w: ["eval", "--suite", "perplexity", "--checkpoint", w.path("edited"),
                                              "--results", str(w.store), "--no-progress"], 2,
      ("config.json no longer matches the model it was trained as", "mass_floor 1e-06 -> 0.001")),
+    # ---- round two (issue 31): plans
+    ("plan that is binary", lambda w: ["run", w.path("binary.yaml"), "--results", str(w.store)], 2,
+     "binary.yaml is not a text file (byte 0 is not UTF-8); pass a YAML plan."),
+    ("plan with an alias bomb", lambda w: ["run", w.path("bomb.yaml"), "--results", str(w.store)], 2,
+     "aliases (*name) are not allowed in a plan"),
+    ("plan with a seed past 64 bits", lambda w: plan(w, "plan-big-seed"), 2,
+     "each seed must be an integer from 0 to 2**63 - 1, got 18446744073709551617."),
+    ("plan with a context of 1e8", lambda w: plan(w, "plan-huge-context"), 2,
+     ("training protot at preset tiny needs about", "a lower bound", "lower the context")),
+    ("plan of 30,000 models", lambda w: plan(w, "plan-huge-grid"), 2,
+     "asks for 30,000 models (presets x mixers x seeds), more than the 1,000 one grid may hold"),
+    ("plan with a key twice", lambda w: plan(w, "plan-key-twice"), 2, "the key 'suites' appears twice in one mapping"),
+    ("plan with a 300-character name", lambda w: plan(w, "plan-long-name"), 2, "is 300 characters long"),
+    ("plan with a 5000-digit count", lambda w: ["run", w.path("plan-digits.yaml"), "--results", str(w.store)], 2,
+     "holds a value that cannot be read (Exceeds the limit (4300 digits)"),
+    # ---- round two: sizes are checked from the numbers before anything is allocated
+    ("synthetic width 1e6", lambda w: ["eval", "--suite", "synthetic", "--mixer", "attention", "--results",
+                                       str(w.store), "--suite-config", "d_model=1000000"], 2,
+     ("building the attention model needs about", "parameters in float32")),
+    ("synthetic 1e12 test examples", lambda w: ["eval", "--suite", "synthetic", "--mixer", "attention", "--results",
+                                                str(w.store), "--suite-config", "test_examples=1000000000000"], 2,
+     ("synthetic mqar/seq64_kv4's data needs about", "lower num_train_examples")),
+    ("mixer count of 5000 digits", lambda w: ["check", "protot", "--mixer-config", "n_prototypes=" + "7" * 5000], 2,
+     "(a number of 5,000 digits, outside the 64-bit range)."),
+    ("mixer count past memory", lambda w: ["check", "protot", "--mixer-config", "n_prototypes=99999999999"], 2,
+     ("building the protot model needs about", "choose smaller config values")),
+    # ---- round two: lm-eval, plugins, the board, the store
+    ("lm-eval task whose function cannot be imported",
+     lambda w: ["lm-eval", "--checkpoint", str(w.checkpoint), "--tasks", "broken_fn", "--include-path",
+                w.path("tasks"), "--results", str(w.store)], 2,
+     ("a function its YAML names cannot be imported", "Cannot import module 'nosuchmodule'")),
+    ("lm-eval with no tasks", lambda w: ["lm-eval", "--checkpoint", str(w.checkpoint), "--tasks", "", "--results",
+                                         str(w.store)], 2, "lm-eval: give at least one task name"),
+    ("leaderboard of an unknown suite", lambda w: ["leaderboard", "--results", str(w.store), "--suites", "perplexty"],
+     2, "no results for suite(s) perplexty in"),
+    ("a store in memory", lambda w: ev(w, "max_windows=2") + ["--results", "memory://gone"], 2,
+     "is a store in this process's memory"),
+    # ---- round two: checkpoints are not trusted further than they can be checked
+    ("LATEST leaving the checkpoint", lambda w: ["eval", "--suite", "perplexity", "--checkpoint", w.path("escaping"),
+                                                  "--results", str(w.store)], 2,
+     "LATEST names '../../elsewhere/step-0000001', which is not a snapshot folder of this checkpoint"),
+    ("edited config without its identity", lambda w: ["eval", "--suite", "perplexity", "--checkpoint",
+                                                       w.path("stripped"), "--results", str(w.store)], 2,
+     "no longer hashes to the training id saved with it"),
+    ("publish over the store", lambda w: ["publish", "--results", w.path("site-with-store/data"), "--out",
+                                          w.path("site-with-store")], 2,
+     "is inside --out"),
     # ---- item 5: memory is checked before long work
     ("context past memory", lambda w: ev(w, "context=10000000", "batch_size=64"), 2,
      ("perplexity: scoring 64 windows of up to 10,000,000 tokens at a time needs about", " GiB at its peak (",

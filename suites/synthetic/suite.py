@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 import torch
 
 from harness.config import BackboneConfig, ModelSpec, as_tuple, to_dict
+from harness.memory import Estimate, check_fits, check_training
+from harness.specs import validate_model
 from harness.errors import ConfigError
 from harness.registry import MIXERS, register_suite
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
@@ -171,6 +173,7 @@ class Synthetic(Suite):
         work.mkdir(parents=True, exist_ok=True)
         t_start = time.perf_counter()
         plan = cfg.plan()
+        self._check_sizes(mixer, mixer_config, plan, device)
         results: list[SettingResult] = []
         for i, (task, setting) in enumerate(plan, 1):
             if ctx.progress:
@@ -192,6 +195,22 @@ class Synthetic(Suite):
             "settings": [r.info for r in results], "wall_s": round(time.perf_counter() - t_start, 2),
         }
         return SuiteResult(metrics=metrics, plots=[plot], info=info)
+
+    def _check_sizes(self, mixer: str, mixer_config: dict[str, Any], plan, device: torch.device) -> None:
+        """Every setting's model, data and training step against the memory there is, from the numbers alone,
+        before any data is generated or model built (docs/memory.md)."""
+        cfg: SyntheticConfig = self.cfg
+        for task, setting in plan:
+            longest = setting.seq_len * max((1, *cfg.extrapolation))
+            examples = task.train_examples(setting) + cfg.valid_examples + cfg.test_examples
+            what = f"synthetic {task.name}/{task.label(setting)}"
+            # inputs and targets as int64 for every example (the extrapolation sets are test-sized, longer)
+            data = 16 * (examples * setting.seq_len + len(cfg.extrapolation) * cfg.test_examples * longest)
+            check_fits(Estimate(data, f"{examples:,} examples of {setting.seq_len} tokens, inputs and targets"),
+                       "cpu", f"{what}'s data", "lower num_train_examples, valid_examples or test_examples")
+            backbone = BackboneConfig(cfg.d_model, cfg.n_layers, setting.seq_len, setting.vocab_size)
+            validate_model(ModelSpec(mixer, dict(mixer_config), backbone))
+            check_training(backbone, cfg.batch_size, device, f"{what}'s training")
 
     # ------------------------------------------------------------------------------------------- one setting
     def _run_setting(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any,
