@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -40,7 +41,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.config import RunSpec
+from harness.config import RunSpec, content_hash
 from harness.errors import MixbenchError
 
 FORMAT = "mixbench-checkpoint"
@@ -211,18 +212,39 @@ def clean_stale(out_dir: Path) -> list[Path]:
     return removed
 
 
+_SNAPSHOT_NAME = re.compile(r"step-\d{7,}")
+
+
 def resolve(path: Path) -> Path | None:
-    """The snapshot folder a checkpoint path designates, or None when it holds no checkpoint."""
+    """The snapshot folder a checkpoint path designates, or None when it holds no checkpoint.
+
+    A snapshot is a real ``step-*`` folder inside ``path``: a ``LATEST`` that names anything else (``../x``, an
+    absolute path) or a snapshot that is a link leading out of the folder is refused, never followed."""
     path = Path(path)
     if (path / "config.json").exists() and (path / "model.safetensors").exists():
         return path
     latest = path / "LATEST"
     if latest.exists():
-        snap = path / latest.read_text().strip()
+        name = latest.read_text(errors="replace").strip()
+        if not _SNAPSHOT_NAME.fullmatch(name) or not _inside(path / name, path):
+            raise MixbenchError(
+                f"checkpoint {path}: LATEST names {name[:80]!r}, which is not a snapshot folder of this checkpoint "
+                "(step-NNNNNNN inside it); restore LATEST, or delete it to use the newest complete snapshot."
+            )
+        snap = path / name
         if (snap / "config.json").exists():
             return snap
-    complete = sorted(p for p in path.glob("step-*") if (p / "config.json").exists())
+    complete = sorted(p for p in path.glob("step-*")
+                      if _SNAPSHOT_NAME.fullmatch(p.name) and _inside(p, path) and (p / "config.json").exists())
     return complete[-1] if complete else None
+
+
+def _inside(snapshot: Path, folder: Path) -> bool:
+    """``snapshot`` is a folder directly inside ``folder`` once every link is followed."""
+    try:
+        return snapshot.resolve().parent == folder.resolve()
+    except OSError:
+        return False
 
 
 def final_weights_hash(path: Path | str) -> str | None:
@@ -294,8 +316,15 @@ def verify_identity(ckpt: Checkpoint) -> None:
     from harness.registry import MIXERS
 
     parts = _stored_identity(ckpt)
-    if parts is None:
-        return  # trained before identities were recorded: nothing to verify against
+    if parts is None:  # no identity (trained before identities were recorded, or removed): the training id
+        recorded = ckpt.meta.get("train_id")
+        if recorded is not None and content_hash(ckpt.meta.get("run_spec")) != recorded:
+            raise MixbenchError(
+                f"checkpoint {ckpt.path}: its run spec in config.json no longer hashes to the training id saved with "
+                f"it ({recorded}): the config was edited after training, so the weights would be scored as a model "
+                "they are not. Restore the original config.json or retrain."
+            )
+        return
     spec = ckpt.spec
     stored_mixer = parts.get("mixer") or {}
     current = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from harness.board import Board, BoardConfig, build_board
+from harness.errors import MixbenchError
 from harness.render import FORMATS, render
 from harness.results import ResultsStore
 from harness.table import build_table
@@ -30,4 +31,12 @@ def leaderboard_text(root: str, fmt: str = "md", view: str = "compact", suite: s
     store.require_existing()
     chosen = [suite] if suite else suites
     board = board_of(store, chosen, all_metrics=view == "suite", all_configs=all_configs, all_versions=all_versions)
+    if chosen and board.table.rows:
+        have = {r.manifest.suite for row in board.table.rows for r in row.runs}
+        unknown = [s for s in dict.fromkeys(chosen) if s not in have]
+        if unknown:
+            raise MixbenchError(
+                f"no results for suite(s) {', '.join(unknown)} in {root}; suites with results: "
+                f"{', '.join(sorted(have)) or 'none'}."
+            )
     return render(board, fmt, view, suite)

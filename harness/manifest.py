@@ -137,6 +137,9 @@ class RunManifest:
     run_id: str = ""  # set by the store
     written_at: str = ""  # set by the store
     plots: tuple[str, ...] = ()  # set by the store
+    #: set by the store: every other file of the run with its size and sha256, so a reader can tell a complete
+    #: run from one whose files were cut short or edited (a run written before this field has none)
+    files: dict[str, Any] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -146,7 +149,8 @@ class RunManifest:
             raise ManifestError(f"config_source must be one of {', '.join(CONFIG_SOURCES)}, got {self.config_source!r}")
         if not isinstance(self.suite, str) or not self.suite:
             raise ManifestError(f"suite must be a suite name, got {self.suite!r}")
-        for name in ("suite_config", "config_diff", "identity", "suite_info", "data", "timings", "provenance", "extra"):
+        for name in ("suite_config", "config_diff", "identity", "suite_info", "data", "timings", "provenance", "extra",
+                     "files"):
             if not isinstance(getattr(self, name), dict):
                 raise ManifestError(f"{name} must be a mapping, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "headline", tuple(self.headline))

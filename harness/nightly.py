@@ -17,6 +17,11 @@ by more than the plan's tolerance, which grows with both nights' uncertainty (:c
 intervals are put on one scale by their kind and level; a min-max range adds nothing), so noise is not an alarm
 and a real drop is. Regressions, metrics that disappeared, and jobs that failed make the command exit 1; the
 snapshot is written either way, so the next night compares with what this night actually measured.
+
+Every snapshot is read field by field (:func:`read_snapshot`). A corrupt one (not JSON, rows that are not the
+rows this module writes, a version no mixbench writes) is moved to ``nightly/<plan>/quarantine/`` with a sentence
+and the night compares with the last good one; one of an older layout is named and skipped. Neither can crash a
+night, and the history and plots hold the good nights only.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from harness.results import ResultsStore, _dumps
 FORMAT = "mixbench-nightly"
 VERSION = 2
 NIGHTLY_DIR = "nightly"
+QUARANTINE = "quarantine"  # corrupt snapshots are moved here, out of every comparison
 _SNAPSHOT = re.compile(r"^\d{8}T\d{6}\.\d{6}Z\.json$")
 KEY_FIELDS = ("suite", "model", "preset", "metric")
 
@@ -221,6 +227,7 @@ class NightlyResult:
     grid: Any  # harness.runner.GridReport
     history_files: list[str] = field(default_factory=list)
     published: str | None = None
+    notes: list[str] = field(default_factory=list)  # snapshots left out of the comparison, and why
 
     def of(self, status: str) -> list[Change]:
         return [c for c in self.changes if c.status == status]
@@ -236,7 +243,11 @@ class NightlyResult:
 
     def render(self) -> str:
         lines = [self.grid.summary(), f"snapshot {self.snapshot_id} written to {self.snapshot_path}"]
-        if self.previous_id is None:
+        lines += [f"left out: {note}" for note in self.notes]
+        if self.previous_id is None and self.notes:
+            lines.append("no earlier snapshot of this plan can be compared with tonight's (see above): tonight starts "
+                         "a new comparison.")
+        elif self.previous_id is None:
             lines.append("first night of this plan: nothing to compare with.")
         else:
             counts = {s: len(self.of(s)) for s in ("regression", "improvement", "unchanged", "missing", "new")}
@@ -255,26 +266,104 @@ class NightlyResult:
 
 
 def list_snapshots(store: ResultsStore, plan_name: str) -> list[str]:
-    """Snapshot ids of a plan, oldest first."""
+    """Snapshot ids of a plan, oldest first (the plan's folder itself: not its plots or quarantine)."""
     prefix = f"{NIGHTLY_DIR}/{plan_name}"
-    names = (p.rsplit("/", 1)[-1] for p in store.list_files(prefix))
+    names = (p.rsplit("/", 1)[-1] for p in store.list_files(prefix) if p.rsplit("/", 1)[0] == prefix)
     return sorted(n.removesuffix(".json") for n in names if _SNAPSHOT.match(n))
 
 
+class CorruptSnapshot(MixbenchError):
+    """A snapshot file that is not a valid snapshot of this layout (the message says what is wrong)."""
+
+
+class OtherLayout(MixbenchError):
+    """A valid snapshot written by a mixbench with another snapshot layout: not comparable, not corrupt."""
+
+
 def read_snapshot(store: ResultsStore, plan_name: str, sid: str) -> dict[str, Any]:
+    """A snapshot, checked field by field: every row must be what :func:`metric_rows` writes, so a corrupt or
+    hand-edited file can never crash a comparison, the history or the plots."""
     rel = f"{NIGHTLY_DIR}/{plan_name}/{sid}.json"
     raw = store.read_file(rel)
     if raw is None:
         raise MixbenchError(f"no snapshot {rel} in {store.root}.")
     try:
         snap = json.loads(raw)
-        if snap.get("format") != FORMAT or not isinstance(snap.get("rows"), list):
-            raise ValueError("not a mixbench nightly snapshot")
-    except (ValueError, AttributeError) as exc:
-        raise MixbenchError(
-            f"snapshot {rel} in {store.root} is corrupt ({exc}); delete it to compare with the night before."
-        ) from None
+    except ValueError as exc:  # invalid JSON or UTF-8
+        raise CorruptSnapshot(f"snapshot {rel} is not JSON ({exc})") from None
+    if not isinstance(snap, dict) or snap.get("format") != FORMAT:
+        raise CorruptSnapshot(f"snapshot {rel} is not a mixbench nightly snapshot")
+    version = snap.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < VERSION:
+        raise OtherLayout(f"snapshot {rel} has the layout of an older mixbench (version {version}, this one "
+                          f"writes {VERSION})")
+    if version != VERSION:
+        raise CorruptSnapshot(f"snapshot {rel} has version {str(version)[:40]!r}, which no mixbench writes")
+    rows = snap.get("rows")
+    if not isinstance(rows, list):
+        raise CorruptSnapshot(f"snapshot {rel}: 'rows' is not a list")
+    for i, row in enumerate(rows):
+        problem = _row_problem(row)
+        if problem:
+            raise CorruptSnapshot(f"snapshot {rel}: row {i + 1} {problem}")
     return snap
+
+
+def _row_problem(row: Any) -> str:
+    """What makes ``row`` unlike a row :func:`metric_rows` writes, or ""."""
+    if not isinstance(row, dict):
+        return f"is a {type(row).__name__}, not an object"
+    for key in ("suite", "metric"):
+        if not isinstance(row.get(key), str):
+            return f"has no text field '{key}'"
+    for key in ("model", "preset", "unit"):
+        if row.get(key) is not None and not isinstance(row.get(key), str):
+            return f"field '{key}' is not text"
+    value = row.get("value")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return f"has a value that is not a number ({str(value)[:40]!r})"
+    if not isinstance(row.get("higher_is_better", True), bool):
+        return "field 'higher_is_better' is not true or false"
+    if not isinstance(row.get("headline", False), bool):
+        return "field 'headline' is not true or false"
+    interval = row.get("interval")
+    if interval is not None:
+        if not isinstance(interval, dict):
+            return "has an interval that is not an object"
+        for side in ("low", "high"):
+            bound = interval.get(side)
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
+                return f"has an interval whose '{side}' is not a number ({str(bound)[:40]!r})"
+    for key in ("code",):
+        if row.get(key) is not None and not isinstance(row.get(key), dict):
+            return f"field '{key}' is not an object"
+    return ""
+
+
+def quarantine(store: ResultsStore, plan_name: str, sid: str, reason: str) -> str:
+    """Move a corrupt snapshot to ``nightly/<plan>/quarantine/`` (out of every comparison and of the history) and
+    say so; returns where it went."""
+    rel = f"{NIGHTLY_DIR}/{plan_name}/{sid}.json"
+    target = f"{NIGHTLY_DIR}/{plan_name}/{QUARANTINE}/{sid}.json"
+    store.move_file(rel, target)
+    print(f"[mixbench] nightly: {reason}; moved to {target} and left out of the comparison and the history.",
+          file=sys.stderr, flush=True)
+    return target
+
+
+def readable_snapshots(store: ResultsStore, plan_name: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The plan's snapshots of this layout, oldest first, and notes on the others: a corrupt one is quarantined,
+    one of an older layout is named and skipped (it stays where it is)."""
+    good, notes = [], []
+    for sid in list_snapshots(store, plan_name):
+        try:
+            good.append((sid, read_snapshot(store, plan_name, sid)))
+        except OtherLayout as exc:
+            notes.append(f"{exc}: not comparable with tonight's")
+        except CorruptSnapshot as exc:
+            quarantine(store, plan_name, sid, str(exc))
+            notes.append(f"{exc}: quarantined")
+    return good, notes
 
 
 def run_nightly(
@@ -306,17 +395,12 @@ def record_night(plan: Plan, store: ResultsStore, grid, now: datetime | None = N
     """Snapshot the plan's metrics after ``grid`` (a GridReport), compare with the last night, write history."""
     rows = metric_rows(store, plan, grid.run_ids)
     earlier = list_snapshots(store, plan.name)
-    previous_id = earlier[-1] if earlier else None
-    previous_rows = read_snapshot(store, plan.name, previous_id)["rows"] if previous_id else []
-    if previous_id is not None and read_snapshot(store, plan.name, previous_id).get("version") != VERSION:
-        print(f"[mixbench] nightly: the last snapshot {previous_id} has another layout (version "
-              f"{read_snapshot(store, plan.name, previous_id).get('version')}); tonight starts a new comparison.",
-              file=sys.stderr)
-        previous_id, previous_rows = None, []
+    good, notes = readable_snapshots(store, plan.name)  # the last good night, past any corrupt one
+    previous_id, previous_rows = (good[-1][0], good[-1][1]["rows"]) if good else (None, [])
     changes = compare(previous_rows, rows, plan.nightly) if previous_id else []
     sid = snapshot_id(now)
-    if previous_id is not None and sid <= previous_id:
-        raise MixbenchError(f"the clock reads {sid}, not after the last snapshot {previous_id}; check the system time.")
+    if earlier and sid <= earlier[-1]:
+        raise MixbenchError(f"the clock reads {sid}, not after the last snapshot {earlier[-1]}; check the system time.")
     snapshot = {
         "format": FORMAT,
         "version": VERSION,
@@ -333,7 +417,7 @@ def record_night(plan: Plan, store: ResultsStore, grid, now: datetime | None = N
         "rows": rows,
     }
     path = store.write_file(f"{NIGHTLY_DIR}/{plan.name}/{sid}.json", _dumps(snapshot, indent=1) + "\n")
-    result = NightlyResult(sid, path, previous_id, changes, grid)
+    result = NightlyResult(sid, path, previous_id, changes, grid, notes=notes)
     result.history_files = write_history(store, plan.name)
     return result
 
@@ -354,8 +438,7 @@ def history_frame(store: ResultsStore, plan_name: str):
     import pandas as pd
 
     frames = []
-    for sid in list_snapshots(store, plan_name):
-        snap = read_snapshot(store, plan_name, sid)
+    for sid, snap in readable_snapshots(store, plan_name)[0]:
         if snap["rows"]:
             frame = pd.DataFrame(snap["rows"])
             frame["night"] = sid

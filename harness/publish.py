@@ -38,6 +38,9 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import glob
 import hashlib
 import html
 import json
@@ -45,10 +48,11 @@ import math
 import os
 import re
 import shutil
+import sys
 import uuid
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -740,38 +744,107 @@ def _num(v: Any) -> str:
 # ---------------------------------------------------------------------------------------------- entry point
 
 
+#: the top-level entries a site folder holds (the layout in this module's docstring): anything else in ``--out`` is
+#: the user's, and publishing, which replaces the folder as a whole, would delete it
+SITE_ENTRIES = frozenset({MARKER, "index.html", "board.json", "board.csv", "leaderboard.md", "pareto.png", "assets",
+                          "suites", "rows", "runs", "plots"})
+
+
 def publish_site(store: ResultsStore, out: Path, force: bool = False, config: BoardConfig | None = None) -> Path:
     """Write the static site of ``store`` into the folder ``out`` and return ``out``.
 
     The site is built in a temporary sibling folder and swapped in, so ``out`` always holds a complete site.
-    ``out`` may not exist yet, be empty, or hold a previous mixbench site; anything else is refused, and so is
-    replacing a previous site with a board of zero runs (a mistyped store), unless ``force``.
+    ``out`` may not exist yet, be empty, or hold a previous mixbench site and nothing else; anything else is
+    refused (the swap replaces the folder as a whole), and so are a results store inside ``out`` and replacing
+    a previous site with a board of zero runs (a mistyped store), unless ``force``. One publish into a parent
+    folder at a time (a lock on it); what a killed publish left beside the folder is removed by the next.
     """
     store.require_existing()
     out = Path(out).expanduser()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+    _check_out(store, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _publish_lock(out):
+        _remove_leftovers(out)
+        _check_out(store, out)  # again, under the lock: another publish may have just replaced it
+        tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex}"
+        try:
+            site = _Site(store, tmp, config or BoardConfig())
+            if not site.runs and (out / MARKER).exists() and not force:
+                raise MixbenchError(
+                    f"{store.root} holds no runs, so publishing it would replace the site in {out} with an empty "
+                    "board; check --results, or pass --force to publish an empty board on purpose."
+                )
+            site.write()
+            aside = None
+            if out.exists():
+                aside = out.parent / f".{out.name}.old-{uuid.uuid4().hex}"
+                os.rename(out, aside)
+            os.rename(tmp, out)
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
+        except OSError as exc:
+            raise MixbenchError(f"could not write the site into {out} ({exc.strerror or exc}); check the folder.") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _check_out(store: ResultsStore, out: Path) -> None:
+    """Refuse an ``--out`` whose replacement would delete something that is not a site: the results store
+    itself (inside it, or it), or any entry a site does not write."""
+    local = store.local_path
+    if local is not None:
+        store_dir, site_dir = local.resolve(), out.resolve()
+        if store_dir == site_dir or site_dir in store_dir.parents:
+            raise MixbenchError(
+                f"the results store {store.root} is inside --out {out}; publishing replaces {out} as a whole and "
+                "would delete the results: pick an --out folder that does not contain the store."
+            )
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise MixbenchError(f"--out {out} is a file; pass an empty or new folder, or a previous mixbench site.")
+    entries = sorted(p.name for p in out.iterdir())
+    if entries and MARKER not in entries:
         raise MixbenchError(
             f"--out {out} exists and is not a mixbench site (no {MARKER} in it); pass an empty or new folder."
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex}"
+    foreign = [e for e in entries if e not in SITE_ENTRIES]
+    stores = [str(p.parent.parent.relative_to(out)) for p in out.glob("**/runs/*/manifest.json")]
+    if foreign or stores:
+        shown = ", ".join((foreign + stores)[:5])
+        raise MixbenchError(
+            f"--out {out} is a mixbench site but also holds what a site does not write ({shown}"
+            f"{', ...' if len(foreign) + len(stores) > 5 else ''}); publishing replaces the folder as a whole and "
+            "would delete it: move it elsewhere, or pick another --out."
+        )
+
+
+@contextlib.contextmanager
+def _publish_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the folder that holds ``out`` (flock on the directory itself, so no lock file is
+    left beside the site): a second publish there stops with a sentence instead of racing this one, and leftovers
+    are only removed by a publish that holds the lock."""
+    fd = os.open(out.parent, os.O_RDONLY)
     try:
-        site = _Site(store, tmp, config or BoardConfig())
-        if not site.runs and (out / MARKER).exists() and not force:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
             raise MixbenchError(
-                f"{store.root} holds no runs, so publishing it would replace the site in {out} with an empty board; "
-                "check --results, or pass --force to publish an empty board on purpose."
-            )
-        site.write()
-        aside = None
-        if out.exists():
-            aside = out.parent / f".{out.name}.old-{uuid.uuid4().hex}"
-            os.rename(out, aside)
-        os.rename(tmp, out)
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-    except OSError as exc:
-        raise MixbenchError(f"could not write the site into {out} ({exc.strerror or exc}); check the folder.") from None
+                f"another mixbench publish is writing into {out.parent} right now; wait for it to finish."
+            ) from None
+        yield
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        os.close(fd)
+
+
+def _remove_leftovers(out: Path) -> list[Path]:
+    """The temporary and set-aside folders of publishes killed before they finished (called under the lock)."""
+    found = sorted(out.parent.glob(f".{glob.escape(out.name)}.tmp-*")) + sorted(
+        out.parent.glob(f".{glob.escape(out.name)}.old-*"))
+    for leftover in found:
+        shutil.rmtree(leftover, ignore_errors=True)
+    if found:
+        print(f"[mixbench] removed what an interrupted publish left beside {out}: "
+              f"{', '.join(p.name for p in found)}", file=sys.stderr, flush=True)
+    return found

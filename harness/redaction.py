@@ -38,6 +38,23 @@ _MIN_SECRET_LEN = 8  # shorter values ("1", "true") would blank out ordinary str
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>\\`]+")
 
 
+def too_short_to_redact(value: str) -> bool:
+    """A configured secret of fewer than 8 characters cannot be redacted safely (replacing "abc" everywhere would
+    blank ordinary text), so whoever configures one refuses it at start-up instead of storing it unredacted."""
+    return 0 < len(value) < _MIN_SECRET_LEN
+
+
+def url_passwords(url: str) -> list[str]:
+    """The URL's password and secret-looking query values as they are, whatever their length."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        password = parts.password
+    except ValueError:
+        return []
+    return [v for k, v in query if _SECRET_PARAM.search(k) and v] + ([password] if password else [])
+
+
 def is_secret_key(name: str) -> bool:
     """True for dict keys / environment variable names that hold credentials."""
     return bool(SECRET_KEY.search(_BENIGN_TOKEN.sub("", name)))

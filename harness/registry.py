@@ -157,3 +157,22 @@ def load_plugins(modules: Iterable[str]) -> None:
                 f"--plugin {module}: module not found ({exc.name}); make sure it is importable (on PYTHONPATH "
                 f"or installed)."
             ) from exc
+        except SyntaxError as exc:
+            raise MixbenchError(
+                f"--plugin {module}: {exc.filename}, line {exc.lineno}: {exc.msg}; fix the plugin's source."
+            ) from exc
+        except MixbenchError:
+            raise  # a registration mistake (a name taken twice) already says what to do
+        except Exception as exc:  # noqa: BLE001 - whatever the plugin's own code raises while it is imported
+            where = _innermost_frame(exc)
+            raise MixbenchError(
+                f"--plugin {module} failed while being imported ({type(exc).__name__}: {exc}{where}); fix the plugin."
+            ) from exc
+
+
+def _innermost_frame(exc: BaseException) -> str:
+    """`` at FILE, line N``: where the exception was raised, for a plugin that fails on import."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" at {frames[-1].filename}, line {frames[-1].lineno}" if frames else ""

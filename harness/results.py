@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import json
 import math
 import os
@@ -116,11 +117,17 @@ class _LocalRuns:
     def read(self, rel: str) -> bytes | None:
         try:
             return (self.runs / rel).read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def exists(self, rel: str) -> bool:
         return (self.runs / rel).exists()
+
+    def size(self, rel: str) -> int | None:
+        try:
+            return (self.runs / rel).stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     def complete_ids(self) -> list[str]:
         return sorted(p.parent.name for p in self.runs.glob(f"*/{MANIFEST}") if not p.parent.name.startswith("."))
@@ -173,6 +180,10 @@ class _LocalRuns:
             return (self.runs.parent / rel).read_bytes()
         except (FileNotFoundError, IsADirectoryError):
             return None
+
+    def remove_file(self, rel: str) -> None:
+        (self.runs.parent / rel).unlink()
+        _fsync_dir((self.runs.parent / rel).parent)
 
     def list_files(self, prefix: str) -> list[str]:
         base = self.runs.parent / prefix
@@ -250,6 +261,12 @@ class _FsspecRuns:
     def exists(self, rel: str) -> bool:
         return self.fs.exists(f"{self.runs}/{rel}")
 
+    def size(self, rel: str) -> int | None:
+        try:
+            return int(self.fs.size(f"{self.runs}/{rel}"))
+        except FileNotFoundError:
+            return None
+
     def complete_ids(self) -> list[str]:
         if not self.fs.exists(self.runs):
             return []
@@ -277,6 +294,9 @@ class _FsspecRuns:
             return self.fs.cat_file(f"{self.runs.rsplit('/', 1)[0]}/{rel}")
         except (FileNotFoundError, IsADirectoryError):
             return None
+
+    def remove_file(self, rel: str) -> None:
+        self.fs.rm_file(f"{self.runs.rsplit('/', 1)[0]}/{rel}")
 
     def list_files(self, prefix: str) -> list[str]:
         root = self.runs.rsplit("/", 1)[0]
@@ -377,8 +397,46 @@ class ResultsStore:
             )
 
     def has_run(self, run_id: str) -> bool:
+        """True when the run is in the store whole: its manifest, and every file it records at the recorded size
+        (metrics.jsonl also by content). A broken run is reported (what is wrong, what happens next) and counts
+        as absent, so the grid scores it again and the write replaces it."""
+        problem = self.run_problem(run_id)
+        if problem == "absent":
+            return False
+        if problem:
+            warnings.warn(f"run {run_id} in {self.root} is broken ({problem}); it is not counted as done, and "
+                          "scoring it again replaces it.", stacklevel=2)
+            return False
+        return True
+
+    def run_problem(self, run_id: str) -> str:
+        """"" for a complete run, "absent" when there is no manifest, else what is wrong with the run's files."""
         _check_id(run_id)
-        return self._runs.exists(f"{run_id}/{MANIFEST}")
+        raw = self._runs.read(f"{run_id}/{MANIFEST}")
+        if raw is None:
+            return "absent"
+        try:
+            recorded = json.loads(raw).get("files") or {}
+        except (ValueError, AttributeError):
+            return f"{MANIFEST} is not valid JSON"
+        metrics = self._runs.read(f"{run_id}/{METRICS}")
+        if metrics is None:
+            return f"{METRICS} is missing"
+        if not recorded:  # written before files were recorded: at least every metric line must parse
+            try:
+                _jsonl(metrics)
+            except ValueError as exc:
+                return f"{METRICS} does not parse ({exc})"
+            return ""
+        for rel, want in sorted(recorded.items()):
+            have = len(metrics) if rel == METRICS else self._runs.size(f"{run_id}/{rel}")
+            if have is None:
+                return f"{rel} is missing"
+            if not isinstance(want, dict) or have != want.get("bytes"):
+                return f"{rel} has {have:,} bytes, the manifest recorded {want.get('bytes') if isinstance(want, dict) else want}"
+        if _sha256(metrics) != (recorded.get(METRICS) or {}).get("sha256"):
+            return f"{METRICS} differs from what was written (its sha256 does not match the manifest's)"
+        return ""
 
     def write_run(self, run_id: str, manifest: RunManifest, result: SuiteResult, force: bool = False) -> Path | str:
         """Write one run atomically and return where it landed.
@@ -389,8 +447,10 @@ class ResultsStore:
         if not isinstance(manifest, RunManifest):
             raise TypeError(f"write_run takes a harness.manifest.RunManifest, got {type(manifest).__name__}")
         _check_id(run_id)
-        if not force and self.has_run(run_id):
+        problem = self.run_problem(run_id)
+        if not force and problem == "":
             raise _exists_error(run_id, self.root)
+        force = force or problem not in ("", "absent")  # a broken run is replaced without asking
         files = self._encode(run_id, manifest, result)
         try:
             return self._runs.write(run_id, files, force)
@@ -419,6 +479,7 @@ class ResultsStore:
             run_id=run_id,
             written_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             plots=tuple(sorted(rel for rel in files if rel.startswith("plots/"))),
+            files={rel: {"bytes": len(data), "sha256": _sha256(data)} for rel, data in sorted(files.items())},
         )
         files[MANIFEST] = (_dumps(full.to_json(), indent=2) + "\n").encode()  # last: its presence marks the run complete
         return files
@@ -433,7 +494,11 @@ class ResultsStore:
         try:
             manifest = RunManifest.from_json(json.loads(raw))
             current = METRICS
-            metrics = [_metric(d) for d in _jsonl(self._runs.read(f"{run_id}/{METRICS}"))]
+            metrics_raw = self._runs.read(f"{run_id}/{METRICS}")
+            want = manifest.files.get(METRICS)
+            if want and metrics_raw is not None and _sha256(metrics_raw) != want.get("sha256"):
+                raise ValueError("it differs from what was written (cut short or edited)")
+            metrics = [_metric(d) for d in _jsonl(metrics_raw)]
             current = SAMPLES
             rows = _jsonl(self._runs.read(f"{run_id}/{SAMPLES}") or b"") if samples else []
         except LegacyManifest:
@@ -498,6 +563,20 @@ class ResultsStore:
         _check_rel(rel)
         return self._runs.get_file(rel)
 
+    def move_file(self, rel: str, target: str) -> str:
+        """Move the file ``rel`` to ``target`` (both under the store root, outside ``runs/``): written there, then
+        removed here, so a crash in between leaves a copy, never nothing."""
+        _check_rel(rel)
+        data = self.read_file(rel)
+        if data is None:
+            raise MixbenchError(f"no file {rel} in {self.root} to move.")
+        where = self.write_file(target, data)
+        try:
+            self._runs.remove_file(rel)
+        except OSError as exc:
+            raise MixbenchError(f"could not remove {rel} from {self.root} ({exc.strerror or exc}).") from None
+        return where
+
     def list_files(self, prefix: str) -> list[str]:
         """Paths (relative to the store root, sorted) of the files under the folder ``prefix``."""
         _check_rel(prefix)
@@ -509,6 +588,10 @@ class ResultsStore:
         Keep ``max_age_s`` above the longest write so an in-flight write is never removed.
         """
         return self._runs.clean_tmp(max_age_s)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _check_id(run_id: str) -> None:

@@ -257,7 +257,7 @@ def test_cli_publish(store, tmp_path, capsys):
     assert (out / "index.html").is_file()
     (tmp_path / "file").write_text("x")
     assert main(["publish", "--results", store.root, "--out", str(tmp_path / "file")]) == 2
-    assert "not a mixbench site" in capsys.readouterr().err
+    assert "file is a file; pass an empty or new folder" in capsys.readouterr().err
     assert main(["publish", "--results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "no results store at" in capsys.readouterr().err
 

@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from harness.errors import ConfigError, MixbenchError
-from harness.redaction import redact_text, redact_url, url_secrets
+from harness.redaction import redact_text, redact_url, too_short_to_redact, url_passwords, url_secrets
 
 DEFAULT_KEY_ENV = "MIXBENCH_JUDGE_API_KEY"
 _NO_KEY = "no-key"  # local servers want none, but the openai client refuses an empty one
@@ -66,6 +66,18 @@ class EndpointConfig:
             raise ConfigError("judge: timeout_s must be > 0 and backoff_s, max_backoff_s >= 0.")
         if self.max_retries < 0 or self.concurrency < 1:
             raise ConfigError("judge: max_retries must be >= 0 and concurrency >= 1.")
+        key = os.environ.get(self.api_key_env, "")
+        if too_short_to_redact(key):
+            raise ConfigError(
+                f"judge: the key in {self.api_key_env} is {len(key)} characters long; a key of fewer than 8 cannot be "
+                "kept out of replies, caches and records without blanking ordinary text, so it is refused: set the "
+                "server's real key (a server that ignores keys takes any longer string)."
+            )
+        if any(too_short_to_redact(v) for v in url_passwords(self.base_url)):
+            raise ConfigError(
+                f"judge: a password or key in the judge URL {self.safe_url} is shorter than 8 characters and could "
+                f"not be kept out of what is stored; put a real key in {self.api_key_env} instead."
+            )
 
     @property
     def safe_url(self) -> str:

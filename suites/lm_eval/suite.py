@@ -212,10 +212,18 @@ def _quiet_lm_eval(progress: bool) -> Iterator[None]:
 
 
 @contextmanager
-def _data_errors(cfg: LmEvalConfig) -> Iterator[None]:
-    """datasets' ConnectionError / FileNotFoundError (OSErrors) mean a task's data is not reachable."""
+def _task_errors(cfg: LmEvalConfig) -> Iterator[None]:
+    """What goes wrong inside a task's own files, as one sentence: a ``!function`` whose module or name cannot
+    be imported (or does not parse), and data that is not reachable (datasets' ConnectionError /
+    FileNotFoundError are OSErrors)."""
     try:
         yield
+    except (ImportError, AttributeError, SyntaxError) as exc:
+        raise MixbenchError(
+            f"lm-eval could not load task(s) {', '.join(cfg.tasks)}: a function its YAML names cannot be imported "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())}); fix the task's `!function` line or the module "
+            "it names (a .py file beside the YAML)."
+        ) from exc
     except OSError as exc:
         raise MixbenchError(
             f"lm-eval could not load the data of {', '.join(cfg.tasks)} ({type(exc).__name__}: {exc}); offline, "
@@ -234,12 +242,13 @@ class LmEval(Suite):
     quickstart: ClassVar[dict[str, Any] | None] = {"limit": 500}
 
     def validate(self, model) -> None:
-        task_manager(self.cfg)  # unknown tasks fail here, before any work
+        with _task_errors(self.cfg):
+            task_manager(self.cfg)  # unknown tasks fail here, before any work
 
     def identity_parts(self) -> dict[str, Any]:
         import lm_eval
 
-        with _data_errors(self.cfg), _quiet_lm_eval(progress=False):
+        with _task_errors(self.cfg), _quiet_lm_eval(progress=False):
             tasks_sha256 = task_fingerprint(task_manager(self.cfg), self.cfg.tasks)
         return {"tasks_sha256": tasks_sha256, "lm_eval": lm_eval.__version__}
 
@@ -249,9 +258,10 @@ class LmEval(Suite):
         from suites.lm_eval.model import MixbenchLM
 
         cfg = self.cfg
-        manager = task_manager(cfg)
+        with _task_errors(cfg):
+            manager = task_manager(cfg)
         lm = MixbenchLM.wrap(model, ctx.corpus.tokenizer, ctx.device, cfg.batch_size, progress=ctx.progress)
-        with _data_errors(cfg), _quiet_lm_eval(progress=ctx.progress):
+        with _task_errors(cfg), _quiet_lm_eval(progress=ctx.progress):
             results = lm_eval.simple_evaluate(
                 model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit, task_manager=manager,
                 bootstrap_iters=cfg.bootstrap_iters, log_samples=True,
@@ -280,9 +290,10 @@ def _command(args) -> int:
     from harness.evaluate import evaluate
     from harness.results import ResultsStore
 
-    overrides = {"tasks": args.tasks, "include_path": args.include_path, "limit": args.limit,
-                 "num_fewshot": args.num_fewshot, "batch_size": args.batch_size}
-    overrides = {k: v for k, v in overrides.items() if v not in (None, "")}
+    overrides = {"include_path": args.include_path, "limit": args.limit, "num_fewshot": args.num_fewshot,
+                 "batch_size": args.batch_size}
+    # --tasks is always passed on, empty or not: `--tasks ""` must fail, never fall back to the default task
+    overrides = {"tasks": args.tasks, **{k: v for k, v in overrides.items() if v not in (None, "")}}
     outcome = evaluate(args.checkpoint, "lm-eval", ResultsStore(args.results), overrides,
                        device=resolve_device(args.device), force=args.force, skip_gate=args.skip_gate)
     if outcome.skipped:
