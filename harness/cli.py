@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -47,7 +48,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.ArgumentParser:
+    """The whole parser. ``suite_commands`` ([name, help] pairs, :func:`suite_command_index`) stands in for the
+    suites' own subcommands when the command line does not run one: their names and help are listed, and
+    nothing is imported to build them."""
     parser = argparse.ArgumentParser(
         prog="mixbench", description="Compare token mixers on one backbone.", allow_abbrev=False
     )
@@ -61,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", parents=[_common(False)], help="conformance gate for a mixer (exit 0 only if all pass)")
     p.add_argument("mixer", help="a registered mixer name (`mixbench mixers` lists them)")
-    p.add_argument("--preset", default="tiny", help="the backbone the mixer is built into (default: tiny)")
+    p.add_argument("--preset", default="quick",
+                   help="the backbone the mixer is built into (default: quick, as train and run; the verdict is "
+                        "cached, so eval and run at this preset do not check again)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE",
                    help="mixer options (`mixbench mixers --config NAME` lists them)")
     p.add_argument("--lengths", default=None, metavar="N,N,...",
@@ -83,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixer", default=None, help="a mixer name instead of a checkpoint, for suites that train "
                                                  "their own models (synthetic)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="with --mixer")
-    p.add_argument("--preset", default="tiny", help="with --mixer: the backbone the conformance gate checks")
+    p.add_argument("--preset", default="quick", help="with --mixer: the backbone (default: quick, as train and run)")
     p.add_argument("--suite-config", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--device", default=None)
     p.add_argument("--kernel", default=None)
@@ -103,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                      "whether a column measures mixing)")
     _training_args(p)
     p.add_argument("plan", nargs="?", default=None, help="a plan file (YAML) instead of the grid options")
+    p.add_argument("--suite-config", nargs="*", default=[], metavar="SUITE.KEY=VALUE",
+                   help="suite config fields (KEY=VALUE alone when --suites names one suite); "
+                        "`mixbench suites NAME` lists them")
     p.add_argument("--keep-going", action="store_true", help="run the other jobs when one fails (exit 1 at the end)")
     _gate_args(p)
     add_executor_args(p)
@@ -120,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also rows of models trained by older code of the same configuration")
     p.add_argument("--output", default=None, help="write to this file instead of stdout")
 
+    p = sub.add_parser("show", parents=[_common()], help="one run's metrics (with intervals) and provenance")
+    p.add_argument("run_id", metavar="RUN_ID", help="a run id or its first characters (at least 4)")
+
+    p = sub.add_parser("compare", parents=[_common()],
+                       help="paired differences of two models on the items both were scored on")
+    p.add_argument("a", metavar="A", help="a model: its board label (e.g. mamba), row key, or one of its run ids")
+    p.add_argument("b", metavar="B", help="the other model, named the same ways")
+    p.add_argument("--suites", default=None, help="only these suites (comma-separated)")
+    p.add_argument("--all", action="store_true", help="every metric, not only the board's headline columns")
+
     p = sub.add_parser("publish", parents=[_common()], help="write the results store as a static site (leaderboard, suites, plots)")
     p.add_argument("--out", default="site", help="site folder, replaced as a whole (default: site/)")
     p.add_argument("--force", action="store_true", help="replace a published site even with a board of zero runs")
@@ -129,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
     _gate_args(p)
-    _suite_commands(sub)
+    _suite_commands(sub, suite_commands)
     _no_abbreviations(parser)
     return parser
 
@@ -148,11 +167,17 @@ def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
                 _no_abbreviations(child)
 
 
-def _suite_commands(sub) -> None:
-    """Subcommands that suites declare (:attr:`harness.suite.Suite.commands`), e.g. the judge's ``mixbench judge``."""
+def _suite_commands(sub, index: list[list[str]] | None = None) -> None:
+    """Subcommands that suites declare (:attr:`harness.suite.Suite.commands`), e.g. the judge's ``mixbench judge``;
+    with ``index``, only their names and help (stand-ins that are never run)."""
+    taken = set(sub.choices)
+    if index is not None:
+        for name, help_text in index:
+            if name not in taken:
+                sub.add_parser(name, help=help_text, add_help=False)
+        return
     from harness.registry import SUITES
 
-    taken = set(sub.choices)
     for entry in SUITES.entries():
         for command in entry.cls.commands:
             if command.name in taken:
@@ -164,6 +189,31 @@ def _suite_commands(sub) -> None:
             p = sub.add_parser(command.name, parents=[_common()], help=command.help)
             command.configure(p)
             p.set_defaults(suite_command=command.run)
+
+
+def suite_command_index(plugins: list[str]) -> list[list[str]]:
+    """[name, help] of every suite's subcommand, from the listing cache (:mod:`harness.listings`)."""
+    from harness.listings import cached
+
+    def compute() -> list[list[str]]:
+        from harness.registry import SUITES
+
+        return [[c.name, c.help] for e in SUITES.entries() for c in e.cls.commands]
+
+    return cached("suite-commands", plugins, compute)
+
+
+def suite_command_help(name: str, plugins: list[str]) -> str:
+    """``mixbench NAME --help`` for a suite's subcommand, from the listing cache: building its parser imports the
+    suite (and torch), which a request for help should not wait for."""
+    from harness.listings import cached
+
+    def compute() -> str:
+        parser = build_parser()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return sub.choices[name].format_help()
+
+    return cached(f"help-{name}", plugins, compute)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -228,6 +278,13 @@ def _train_overrides(args: argparse.Namespace) -> dict:
 
 
 def cmd_mixers(args: argparse.Namespace) -> int:
+    from harness.listings import cached, printed
+
+    print(cached(f"mixers-{args.config or ''}", args.plugin, printed(lambda: _list_mixers(args))), end="")
+    return 0
+
+
+def _list_mixers(args: argparse.Namespace) -> None:
     from harness.registry import MIXERS
     from harness.values import describe_fields
 
@@ -235,7 +292,7 @@ def cmd_mixers(args: argparse.Namespace) -> int:
         entry = MIXERS.get(args.config)
         print(f"{entry.name} config (--mixer-config KEY=VALUE, or mixers: {{{entry.name}: {{...}}}} in a plan):")
         print("\n".join(describe_fields(entry.config_cls)))
-        return 0
+        return
     entries = MIXERS.entries()
     for entry in [e for e in entries if not e.cls.control]:
         _describe_mixer(entry)
@@ -244,7 +301,6 @@ def cmd_mixers(args: argparse.Namespace) -> int:
         print("\ncontrols (trained and scored beside the mixers of every grid, never ranked; docs/controls.md):")
     for entry in controls:
         _describe_mixer(entry)
-    return 0
 
 
 def _describe_mixer(entry) -> None:
@@ -262,6 +318,13 @@ def _describe_mixer(entry) -> None:
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
+    from harness.listings import cached, printed
+
+    print(cached(f"suites-{','.join(args.names)}", args.plugin, printed(lambda: _list_suites(args))), end="")
+    return 0
+
+
+def _list_suites(args: argparse.Namespace) -> None:
     from harness.registry import SUITES
     from harness.values import describe_fields
 
@@ -273,7 +336,6 @@ def cmd_suites(args: argparse.Namespace) -> int:
             print(f"  {' '.join(doc.split())}")
         print("\n".join(describe_fields(entry.config_cls)))
     print("\nset fields with --suite-config KEY=VALUE (lists: a,b,c) or suites: {NAME: {KEY: VALUE}} in a plan.")
-    return 0
 
 
 def _check_output_file(path: Path, option: str) -> None:
@@ -295,8 +357,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     from harness.values import build_config
 
     gate_config = build_config(GateConfig, {k: v for k, v in gate.items() if v is not None}, "check")
-    report = run_checks(args.mixer, args.preset, config, gate_config, device=_device(args.device))
+    from harness.config import BackboneConfig, ModelSpec, get_preset
+    from harness.gate import store_verdict
+
+    preset = get_preset(args.preset)
+    spec = ModelSpec(args.mixer, config, BackboneConfig(vocab_size=preset.vocab_size, **preset.backbone))
+    device = _device(args.device)
+    t0 = time.perf_counter()
+    report = run_checks(args.mixer, args.preset, config, gate_config, backbone=spec.backbone, device=device)
+    store_verdict(spec, device, gate_config, report, time.perf_counter() - t0)
     print(report.render())
+    print(f"verdict cached: eval and run at preset {args.preset} with this mixer config reuse it.")
     return 0 if report.passed else 1
 
 
@@ -358,6 +429,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"run {outcome.run_id} ({args.suite}) is already in {args.results}; nothing to do (--force reruns).")
     else:
         print(f"run {outcome.run_id} ({args.suite}) written to {args.results} in {outcome.seconds:.1f} s")
+    from harness.run_report import run_summary
+
+    print(run_summary(store.read_run(outcome.run_id, samples=False)))
+    print(f"(every metric and the provenance: mixbench show {outcome.run_id} --results {args.results})")
     return 0
 
 
@@ -413,7 +488,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError:
         raise MixbenchError(f"--seeds takes comma-separated integers, got '{args.seeds}'.") from None
     controls = [] if args.no_controls else (None if args.controls is None else _csv(args.controls))
-    return _run_grid(args, _csv(args.mixers), _csv(args.suites), seeds, controls=controls)
+    suites = _csv(args.suites)
+    return _run_grid(args, _csv(args.mixers), suites, seeds, suite_overrides=_suite_overrides(args.suite_config, suites),
+                     controls=controls)
+
+
+def _suite_overrides(items: list[str], suites: list[str]) -> dict[str, dict]:
+    """``--suite-config SUITE.KEY=VALUE ...`` as {suite: {key: value}}; a bare ``KEY=VALUE`` belongs to the one
+    suite of ``--suites`` (with several, it must name its suite)."""
+    from harness.specs import parse_assignments
+
+    out: dict[str, dict] = {}
+    for item in items:
+        key = item.split("=", 1)[0]
+        suite, dot, _ = key.partition(".")
+        if not dot:
+            if len(suites) != 1:
+                raise MixbenchError(f"--suite-config {item}: name the suite (SUITE.{key}=...) since --suites runs "
+                                    f"{', '.join(suites)}.")
+            suite, item = suites[0], item
+        else:
+            item = item[len(suite) + 1:]
+        if suite not in suites:
+            raise MixbenchError(f"--suite-config {suite}.{item}: suite '{suite}' is not among --suites "
+                                f"({', '.join(suites)}).")
+        out.setdefault(suite, {}).update(parse_assignments([item]))
+    return out
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from harness.results import ResultsStore
+    from harness.run_report import show_text
+
+    print(show_text(ResultsStore(args.results), args.run_id))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.results import ResultsStore
+    from harness.run_report import compare_text
+
+    print(compare_text(ResultsStore(args.results), args.a, args.b, _csv(args.suites) if args.suites else None, args.all))
+    return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -463,6 +579,8 @@ COMMANDS = {
     "mixers": cmd_mixers,
     "suites": cmd_suites,
     "check": cmd_check,
+    "show": cmd_show,
+    "compare": cmd_compare,
     "train": cmd_train,
     "eval": cmd_eval,
     "run": cmd_run,
@@ -494,20 +612,32 @@ def main(argv: list[str] | None = None) -> int:
         return _main(list(sys.argv[1:] if argv is None else argv))
 
 
-def _main(argv: list[str]) -> int:
-    import torch
+#: commands that print what the listing cache holds: they never need torch
+LISTINGS = ("mixers", "suites")
 
+
+def _main(argv: list[str]) -> int:
     from harness.registry import load_plugins
 
     try:
-        load_plugins(_plugins_in(argv))
-        args = build_parser().parse_args(argv)
+        plugins = _plugins_in(argv)
+        load_plugins(plugins)
+        index = suite_command_index(plugins)
+        command = next((a for a in argv if not a.startswith("-")), None)  # the top level takes no valued option
+        runs_a_suite_command = command in {name for name, _ in index}
+        if runs_a_suite_command and {"-h", "--help"} & set(argv):
+            print(suite_command_help(command, plugins), end="")
+            return 0
+        args = build_parser(None if runs_a_suite_command else index).parse_args(argv)
     except MixbenchError as exc:
         print(f"mixbench: error: {exc}", file=sys.stderr)
         return 2
-    # Decaying states (ProtoT's sums, SSM states) pass through denormal floats, which x86 computes ~100x slower;
-    # flushing them to zero changes no result above 1e-38.
-    torch.set_flush_denormal(True)
+    if args.command not in LISTINGS:
+        import torch
+
+        # Decaying states (ProtoT's sums, SSM states) pass through denormal floats, which x86 computes ~100x
+        # slower; flushing them to zero changes no result above 1e-38.
+        torch.set_flush_denormal(True)
     try:
         _refuse_a_store_that_ends_with_the_process(args)
         if getattr(args, "suite_command", None) is not None:

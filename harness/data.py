@@ -32,7 +32,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import re
 import sys
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ from tqdm.auto import tqdm
 
 from harness.config import DataConfig, content_hash
 from harness.errors import MixbenchError, UnknownNameError
+from harness.storage import cache_dir
 from harness.tokenizer import Tokenizer, atomic_write, digest_texts, train_bpe
 
 SPLITS = ("train", "validation", "test", "validation_ood", "test_ood")
@@ -87,8 +87,8 @@ class Window:
 
 
 def default_cache_dir() -> Path:
-    """``$MIXBENCH_CACHE`` or ``~/.cache/mixbench``: where tokenizers and token streams are cached."""
-    return Path(os.environ.get("MIXBENCH_CACHE") or Path.home() / ".cache" / "mixbench").expanduser()
+    """Where tokenizers and token streams are cached (:func:`harness.storage.cache_dir`)."""
+    return cache_dir()
 
 
 # ----------------------------------------------------------------------------------------------- documents

@@ -27,7 +27,9 @@ class UnknownNameError(MixbenchError, KeyError):
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         listing = ", ".join(known) if known else "(none)"
-        super().__init__(f"unknown {kind} '{name}'.{hint} Registered {kind}s: {listing}.")
+        plugin = (f" A {kind} of your own module is registered only once the module is imported: pass "
+                  "--plugin MODULE." if kind in ("mixer", "suite") else "")
+        super().__init__(f"unknown {kind} '{name}'.{hint} Registered {kind}s: {listing}.{plugin}")
         self.kind, self.name, self.known, self.suggestion = kind, name, known, (close[0] if close else None)
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message

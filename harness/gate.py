@@ -42,9 +42,9 @@ def gate_key(spec: ModelSpec, device: str, config: GateConfig) -> str:
 
 
 def _cache_file(key: str) -> Path:
-    from harness.data import default_cache_dir
+    from harness.storage import cache_dir
 
-    return default_cache_dir() / "gate" / f"{key}.json"
+    return cache_dir() / "gate" / f"{key}.json"
 
 
 def _describe(spec: ModelSpec) -> str:
@@ -71,20 +71,36 @@ def require_gate(
             print(f"[mixbench] conformance gate for {_describe(spec)} at preset {preset} ...", file=sys.stderr,
                   flush=True)
         report = run_checks(spec.mixer, preset, spec.mixer_config, config, backbone=spec.backbone, device=device)
-        cached = {"passed": report.passed, "failed": report.failed, "seconds": round(time.perf_counter() - t0, 2),
-                  "report": report.render()}
-        _write(key, cached)
+        cached = store_verdict(spec, device, config, report, time.perf_counter() - t0)
         if progress:
             verdict = "passed" if report.passed else f"FAILED ({', '.join(report.failed)})"
             print(f"[mixbench] conformance gate {verdict} in {cached['seconds']:.1f} s", file=sys.stderr, flush=True)
     if not cached["passed"]:
         config_args = " ".join(f"{k}={v}" for k, v in sorted(spec.mixer_config.items()))
-        hint = f"mixbench check {spec.mixer} --preset {preset}" + (f" --mixer-config {config_args}" if config_args else "")
+        hint = check_command(spec.mixer, preset, config_args)
         raise GateFailed(
             f"mixer {_describe(spec)} fails the conformance gate ({', '.join(cached['failed'])}), so it is not "
             f"scored; run `{hint}` to see where (--skip-gate scores it anyway, and says so in every result)."
         )
     return GateRecord("passed", GATE_VERSION, key, cached.get("seconds"))
+
+
+def check_command(mixer: str, preset: str, config_args: str = "") -> str:
+    """The ``mixbench check`` command that shows a verdict, with the ``--plugin`` modules this process loaded (a
+    plugin's mixer is unknown without them)."""
+    from harness.registry import LOADED_PLUGINS
+
+    plugins = "".join(f" --plugin {m}" for m in LOADED_PLUGINS)
+    return f"mixbench check {mixer} --preset {preset}{plugins}" + (f" --mixer-config {config_args}" if config_args else "")
+
+
+def store_verdict(spec: ModelSpec, device: str, config: GateConfig, report, seconds: float) -> dict:
+    """Cache ``report`` as the gate's verdict for ``spec`` (what ``mixbench check`` ran is then not run again by
+    ``eval``/``run`` at the same backbone); returns the cached record."""
+    record = {"passed": report.passed, "failed": report.failed, "seconds": round(seconds, 2),
+              "report": report.render()}
+    _write(gate_key(spec, device, config), record)
+    return record
 
 
 def _read(key: str) -> dict | None:
@@ -96,7 +112,7 @@ def _read(key: str) -> dict | None:
 
 
 def _write(key: str, data: dict) -> None:
-    from harness.tokenizer import atomic_write
+    from harness.storage import atomic_write
 
     try:
         atomic_write(_cache_file(key), json.dumps(data, indent=1).encode())

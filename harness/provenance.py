@@ -108,13 +108,20 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+def code_location() -> Path:
+    """Where mixbench's own code lives: its git revision is the code's, wherever the command runs from (a run
+    started outside the checkout used to record "no git")."""
+    return Path(__file__).resolve().parent
+
+
 def provenance() -> dict[str, Any]:
-    """The full record, meant for each run manifest (JSON-ready)."""
+    """The full record, meant for each run manifest (JSON-ready). ``git`` is the revision of the checkout that
+    holds the code (:func:`code_location`), ``None`` for an installed package (then ``mixbench`` is the version)."""
     from harness import __version__
 
     return {
         "mixbench": __version__,
-        "git": git_revision(),
+        "git": git_revision(code_location()),
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
         "platform": platform.platform(),

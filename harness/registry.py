@@ -78,6 +78,11 @@ class Registry(Generic[T]):
 
         return decorate
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the built-ins and installed plugins have been imported in this process."""
+        return self._loaded
+
     def ensure_loaded(self) -> None:
         if self._loaded:
             return
@@ -147,9 +152,15 @@ def register_suite(name: str, config: type | None = None, override: bool = False
     return SUITES.register(name, config, override)
 
 
+#: ``--plugin`` modules imported by this process, in order (a command another process must repeat names them)
+LOADED_PLUGINS: list[str] = []
+
+
 def load_plugins(modules: Iterable[str]) -> None:
     """Import ``--plugin`` modules so that their ``register_*`` decorators run."""
     for module in modules:
+        if module not in LOADED_PLUGINS:
+            LOADED_PLUGINS.append(module)
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

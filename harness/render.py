@@ -18,6 +18,7 @@ import html
 import io
 import json
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,15 +88,33 @@ def compact_number(x: float, significant: int = 3) -> str:
     return text
 
 
+#: an interval is shown by its bounds instead of ``±`` when one side is more than this many times the other
+SKEW = 2.0
+
+
+def skewed(value: float, low: float, high: float) -> bool:
+    """Whether ``value ± half the width`` would misstate the interval: one side much longer than the other
+    (:data:`SKEW`), or the symmetric reading crossing zero where the interval does not."""
+    below, above = value - low, high - value
+    if below < 0 or above < 0:
+        return False  # the point outside its interval is marked on its own (OUTSIDE_MARK)
+    half = (high - low) / 2
+    crosses = (low >= 0 > value - half) or (high <= 0 < value + half)
+    return crosses or max(below, above) > SKEW * max(min(below, above), 1e-300)
+
+
 def compact_cell(cell: Cell | None, significant: int = 3) -> str:
-    """``472±82``, ``.312±.04``: value to ``significant`` digits and half the interval's width to 1-2."""
+    """``472±82``, ``.312±.04``: value to ``significant`` digits and half the interval's width to 1-2; a skewed
+    interval (:func:`skewed`) as ``7.1k[4.1k,23k]``, its bounds to 2 digits."""
     if cell is None:
         return MISSING
     if math.isnan(cell.value):
         return "n/a"
     text = compact_number(cell.value, significant)
     iv = cell.interval
-    if iv is not None and iv.finite:
+    if iv is not None and iv.finite and skewed(cell.value, iv.low, iv.high):
+        text += f"[{compact_number(iv.low, 2)},{compact_number(iv.high, 2)}]"
+    elif iv is not None and iv.finite:
         text += "±" + compact_number(iv.half_width, 2 if iv.half_width >= 1 else 1)
     if cell.outside_interval:
         text += OUTSIDE_MARK
@@ -120,7 +139,9 @@ def cell_text(cell: Cell | None, compact: bool = False, pm: str = "±") -> str:
     text = fmt(cell.value, significant, digits)
     iv = cell.interval
     if iv is not None and iv.finite:
-        if compact:
+        if compact and skewed(cell.value, iv.low, iv.high):
+            text += f" [{fmt(iv.low, 2)}, {fmt(iv.high, 2)}]"
+        elif compact:
             text += f" {pm}{fmt(iv.half_width, 2, None if digits is None else min(digits + 1, max(digits, 0) + 1))}"
         else:
             text += f" [{fmt(iv.low, significant, digits)}, {fmt(iv.high, significant, digits)}]"
@@ -238,7 +259,8 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     lead = [("rank", "rank"), ("model", "model")]
     if len(presets) > 1:
         lead.append(("preset", "preset"))
-    lead += [(k, k) for k in ("params", "state") if k not in omitted] + [("gate", "gate")]
+    lead += [(k, _state_header(board) if k == "state" else k) for k in ("params", "state") if k not in omitted]
+    lead.append(("gate", "gate"))
     if view != "compact":
         lead += [("seeds", "seeds"), ("train_tps", "train tok/s")]
     up, down = ("↑", "↓") if style != "latex" else (r"$\uparrow$", r"$\downarrow$")
@@ -255,9 +277,9 @@ def _display(board: Board, view: str, suite: str | None, style: str,
             "preset": (row.preset, None),
             "params": (si(row.parameters), row.parameters),
             "state": (si(row.state_floats), row.state_floats),
-            "gate": ({"passed": "ok", "skipped": "skip"}.get(row.gate, row.gate or MISSING) if view == "compact"
-                     else (row.gate or MISSING), None),
-            "seeds": (",".join(map(str, row.seeds)) or MISSING, None),
+            "gate": (GATE_LABELS.get(row.gate, row.gate or MISSING), None),
+            "seeds": (f"{len(row.seeds)} ({','.join(map(str, row.seeds))})" if row.seeds else MISSING,
+                      len(row.seeds) or None),
             "train_tps": (fmt(row.train_tokens_per_s, 3, 0) if row.train_tokens_per_s else MISSING,
                          row.train_tokens_per_s),
         }
@@ -287,8 +309,28 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     if view == "compact":
         named = "; ".join(f"{abbreviate(c.suite)} = {c.name} ({'higher' if c.higher_is_better else 'lower'} is better)"
                           for c in columns)
-        notes.insert(0, f"columns: {named}; values: value±half the interval's width, then the tie group")
+        notes.insert(0, f"columns: {named}; values: value±half the interval's width ([low,high] when skewed), then the tie group")
     return Display(keys, header, body, raw, best, notes, {"model", "preset", "gate", "seeds", "rank"})
+
+
+#: the gate's verdicts as every view prints them (the legend says what they mean)
+GATE_LABELS = {"passed": "ok", "skipped": "skip"}
+
+
+def state_contexts(board: Board) -> list[int]:
+    """The training contexts the rows' decode states were counted at (``Subject.state_floats``)."""
+    found = set()
+    for row in board.table.rows:
+        for run in row.runs:
+            backbone = run.manifest.subject.backbone or {}
+            if isinstance(backbone.get("context"), int):
+                found.add(backbone["context"])
+    return sorted(found)
+
+
+def _state_header(board: Board) -> str:
+    contexts = state_contexts(board)
+    return f"state@{contexts[0]}" if len(contexts) == 1 else "state"
 
 
 def _vs_reference_text(board: Board, row: Row, column: Column) -> str:
@@ -312,10 +354,15 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
         "interval overlaps another's (tied); '–' a row that lacks a voting suite.",
         f"letters: tie groups of a voting column; 'a' (bold) holds the best row and every row a paired test on "
         f"shared items cannot tell from it (Holm, family-wise alpha {cfg.alpha:g}); then 'b', ...",
-        f"values: mean over seeds with its interval (one seed: the run's own; ± is half its width); "
+        f"values: mean over seeds with its interval (one seed: the run's own; ± is half its width, a skewed interval "
+        f"is shown by its bounds [low,high]); "
         f"{UNRELIABLE_MARK} unreliable (does not vote), {OUTSIDE_MARK} the point lies outside its interval, "
         "n/a does not exist, — missing.",
-        "gate: the conformance gate's verdict for the row's mixer and config (skipped: scored with --skip-gate).",
+        "gate: the conformance gate's verdict for the row's mixer and config: ok passed, skip scored with "
+        "--skip-gate.",
+        "state: floats of decode state per sequence after the model's training context ("
+        + (", ".join(f"T={t}" for t in state_contexts(board)) or "T unknown") + "), as the mixer counts it.",
+        "seeds: how many seeds the row averages, their ids in brackets (full views).",
     ]
     if board.has_controls:
         refs = ", ".join(board.reference_controls) or "the controls"
@@ -382,8 +429,11 @@ def _render_md(board: Board, d: Display, compact: bool = False) -> str:
     else:
         text = pd.DataFrame(rows, columns=header).to_markdown(index=False, disable_numparse=True)
     first = board.headline()
-    lead = f"**{_escape_md(first)}**\n\n" if first else ""
-    return lead + text + "\n\n" + "\n".join(f"- {_escape_md(note)}" for note in d.legend)
+    lead = textwrap.fill(f"**{_escape_md(first)}**", COMPACT_WIDTH, break_on_hyphens=False,
+                         break_long_words=False) + "\n\n" if first else ""
+    notes = [textwrap.fill(_escape_md(note), COMPACT_WIDTH, initial_indent="- ", subsequent_indent="  ",
+                           break_on_hyphens=False, break_long_words=False) for note in d.legend]
+    return lead + text + "\n\n" + "\n".join(notes)
 
 
 def _render_html(board: Board, d: Display) -> str:
@@ -536,7 +586,11 @@ def render(board: Board, fmt_name: str = "md", view: str = "compact", suite: str
             "; run `mixbench quickstart` or `mixbench eval`"
     d = display(board, view, suite, fmt_name)
     columns = [board.table.column(k) for k in d.keys if "/" in k]
-    if fmt_name == "json":
+    if fmt_name == "json":  # every column that votes too: a reader of the JSON must see what the ranks come from
+        if view == "compact":
+            shown = {c.name for c in columns}
+            columns = [c for c in board.table.columns if c.name in shown or (
+                (v := board.verdicts.get(c.name)) is not None and v.votes) or c in _headline_columns(board)]
         return board_json(board, columns if view != "full" else None)
     if fmt_name == "csv":
         return _render_csv(board, d, columns)

@@ -510,6 +510,10 @@ class ResultsStore:
             ) from None
         return RunRecord(run_id, manifest, metrics, rows)
 
+    def run_ids(self) -> list[str]:
+        """Ids of the store's complete runs, sorted."""
+        return sorted(self._runs.complete_ids())
+
     def iter_runs(self, samples: bool = True) -> Iterator[RunRecord]:
         """Complete runs sorted by id; corrupt ones are reported with a warning and skipped.
 

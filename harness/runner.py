@@ -15,7 +15,6 @@ can be checked.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 import traceback
@@ -32,6 +31,7 @@ from harness.checkpoint import final_weights_hash
 from harness.identity import mixer_identity, model_identity, trained_identity
 from harness.manifest import GateRecord
 from harness.memory import check_training
+from harness.storage import cache_dir
 from harness.registry import SUITES
 from harness.results import ResultsStore
 from harness.specs import bind_vocab, make_run_spec
@@ -195,7 +195,7 @@ def checkpoint_root(store: ResultsStore) -> Path:
     local = store.local_path
     if local is not None:
         return Path(local) / "checkpoints"
-    return Path(os.environ.get("MIXBENCH_CACHE", Path.home() / ".cache" / "mixbench")) / "checkpoints"
+    return cache_dir() / "checkpoints"
 
 
 # One corpus per data config per process: the driver's load is reused by in-process jobs, and a pool or Ray
@@ -432,6 +432,8 @@ def run_requests(
                 report.add(f"{job.label}: FAILED", 0.0)
                 continue
             report.outcomes.append(result)
+            if any(r.progress for r in reqs):
+                _print_headlines(store, [result.runs[suite] for suite in result.written])
             report.run_ids.update(result.runs.values())
             report.trained += int(result.trained)
             report.written += len(result.written)
@@ -453,6 +455,17 @@ def run_requests(
             report.add(f"aggregate {suite}", time.perf_counter() - t0)
     report.wall_s = time.perf_counter() - wall0
     return report
+
+
+def _print_headlines(store: ResultsStore, run_ids: list[str]) -> None:
+    """Each run a job wrote, as its headline metrics with intervals (:func:`harness.run_report.run_summary`)."""
+    from harness.run_report import run_summary
+
+    for rid in run_ids:
+        try:
+            print(run_summary(store.read_run(rid, samples=False)) + "\n", flush=True)
+        except MixbenchError as exc:  # the table is a courtesy: a run that cannot be read back is reported
+            print(f"[mixbench] run {rid} cannot be read back: {exc}", file=sys.stderr, flush=True)
 
 
 def run_grid(

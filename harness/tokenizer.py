@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
 from harness.errors import MixbenchError
+from harness.storage import atomic_write  # noqa: F401  (re-exported: the cache writers import it from here)
 
 EOS = "<|endoftext|>"  # id 0 in trained tokenizers: document separator, BOS and EOS
 PAD = "<|pad|>"  # id 1 in trained tokenizers
@@ -152,17 +152,3 @@ def train_bpe(texts: Iterable[str], vocab_size: int, cache_dir: Path, progress: 
     tokenizer = Tokenizer(hf)
     tokenizer.save(path)
     return tokenizer
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file and rename, so readers (and a killed run) never see a half-written cache file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

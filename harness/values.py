@@ -185,8 +185,15 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 
 def build_config(cls: type, values: Mapping[str, Any] | None, owner: str) -> Any:
-    """``cls(**values)`` with every value converted and checked (see the module docstring)."""
-    obj = cls(**coerce_values(cls, values, owner))
+    """``cls(**values)`` with every value converted and checked (see the module docstring). The declared limits
+    are checked on the given values before the class is built, so a bad value is named with its field even where
+    ``__post_init__`` has a broader rule of its own, and again on the built object (``__post_init__`` may
+    normalise)."""
+    coerced = coerce_values(cls, values, owner)
+    infos = {f.name: f for f in config_fields(cls)}
+    for name, value in coerced.items():
+        _check_field(infos[name], value, owner)
+    obj = cls(**coerced)
     check_limits(obj, owner)
     return obj
 
@@ -207,13 +214,16 @@ def coerce_values(cls: type, values: Mapping[str, Any] | None, owner: str) -> di
 def check_limits(obj: Any, owner: str) -> None:
     """The declared ranges and choices of a built config's fields (after its own ``__post_init__``)."""
     for info in config_fields(type(obj)):
-        value = getattr(obj, info.name)
-        items = value if isinstance(value, (tuple, list)) else (value,)
-        for item in items:
-            if not _within(info, item):
-                shown = value if len(items) == 1 and not isinstance(value, (tuple, list)) else item
-                detail = "" if shown is value else f" (in {cli_text(value)})"
-                raise ConfigError(f"{owner}: {info.name} must be {_expected(info)}, got {shown!r}{detail}.")
+        _check_field(info, getattr(obj, info.name), owner)
+
+
+def _check_field(info: FieldInfo, value: Any, owner: str) -> None:
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    for item in items:
+        if not _within(info, item):
+            shown = value if len(items) == 1 and not isinstance(value, (tuple, list)) else item
+            detail = "" if shown is value else f" (in {cli_text(value)})"
+            raise ConfigError(f"{owner}: {info.name} must be {_expected(info)}, got {shown!r}{detail}.")
 
 
 def _within(info: FieldInfo, item: Any) -> bool:

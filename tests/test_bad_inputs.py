@@ -174,7 +174,7 @@ ROWS = [
     ("float nan", lambda w: ev(w, "confidence=nan"), 2,
      "confidence must be a number in [0.5, 1), got 'nan' (NaN is not allowed here)."),
     ("float inf", lambda w: ev(w, "confidence=inf"), 2, "got 'inf' (infinity is not allowed here)."),
-    ("negative count", lambda w: ev(w, "max_windows=-3"), 2, "context, max_windows and bootstrap must be >= 0"),
+    ("negative count", lambda w: ev(w, "max_windows=-3"), 2, "perplexity: max_windows must be an integer >= 0, got -3."),
     ("choice", lambda w: ev(w, "pooling=max", suite="glue"), 2, "glue: pooling must be one of last, mean, got 'max'."),
     ("list item", lambda w: ev(w, "lengths=256,big", suite="throughput"), 2,
      ("throughput: lengths must be a comma-separated list of integers", "got '256,big' ('big' is not an integer).")),

@@ -64,7 +64,7 @@ def bad_inputs(ckpt: Path, attn: Path, tmp: Path) -> dict[str, tuple[list[str], 
         "unknown mixer": (["train", "--mixer", "protoo", "--out", out, *TINY_TRAIN], "Did you mean 'protot'"),
         "unknown suite": (["eval", "--suite", "perplexty", "--checkpoint", str(ckpt), *res], "Did you mean 'perplexity'"),
         "unknown preset": (["train", "--mixer", "protot", "--out", out, "--preset", "huge"], "unknown preset 'huge'"),
-        "R = 0": (["train", "--mixer", "protot", "--out", out, *TINY_TRAIN, "--mixer-config", "n_prototypes=0"], "n_prototypes (R) must be a positive integer"),
+        "R = 0": (["train", "--mixer", "protot", "--out", out, *TINY_TRAIN, "--mixer-config", "n_prototypes=0"], "protot: n_prototypes must be an integer >= 1, got 0."),
         "unknown mixer field": (["train", "--mixer", "protot", "--out", out, *TINY_TRAIN, "--mixer-config", "prototypes=3"], "unknown config field"),
         "heads": (["train", "--mixer", "attention", "--out", out, *TINY_TRAIN, "--mixer-config", "n_heads=3"], "must be divisible by n_heads"),
         "zero budget": (["train", "--mixer", "protot", "--out", out, *TINY_TRAIN, "--tokens", "0"], "token_budget must be a positive"),
@@ -74,7 +74,7 @@ def bad_inputs(ckpt: Path, attn: Path, tmp: Path) -> dict[str, tuple[list[str], 
         "corrupt checkpoint": (["eval", "--suite", "perplexity", "--checkpoint", str(corrupt), *res], "corrupt"),
         "missing data": (["train", "--mixer", "protot", "--out", out, *TINY_TRAIN, "--data", str(tmp / "none.jsonl")], "does not exist"),
         "unwritable results": (["eval", "--suite", "perplexity", "--checkpoint", str(ckpt), "--results", str(blocker / "results")], "not writable"),
-        "bad suite option": (["eval", "--suite", "perplexity", "--checkpoint", str(ckpt), "--suite-config", "splits=train", *res], "splits must be among"),
+        "bad suite option": (["eval", "--suite", "perplexity", "--checkpoint", str(ckpt), "--suite-config", "splits=train", *res], "perplexity: splits must be a comma-separated list of names among test, test_ood"),
     }
 
 

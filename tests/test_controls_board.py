@@ -131,7 +131,7 @@ def test_when_no_column_votes_the_first_line_says_nothing_tells_the_mixers_apart
     store = ResultsStore(tmp_path)
     _column(store, "syn/acc", rng, base, {"a": 0.0, "b": -0.05}, {"ctl": 0.1})
     board = board_of(store)
-    first = render(board, "md").splitlines()[0]
+    first = render(board, "md").split("\n\n")[0].replace("\n", " ")  # the headline paragraph, wrapped at 120
     assert first.startswith("**nothing on this board tells the mixers apart at this budget: no column votes")
     assert "syn/acc: no mixer beats the context-free control ctl" in first
     assert json.loads(render(board, "json"))["headline"].startswith("nothing on this board")
