@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from harness.backbone_kernels import rms_norm, silu_mul

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 from harness.config import RunSpec, content_hash
 from harness.errors import MixbenchError
+from harness.storage import atomic_write
 
 FORMAT = "mixbench-checkpoint"
 VERSION = 1
@@ -86,14 +87,6 @@ def weights_hash(weights: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(
     out_dir: Path,
     spec: RunSpec,
@@ -134,10 +127,7 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
-    latest_tmp = out_dir / f".LATEST-{uuid.uuid4().hex}"
-    latest_tmp.write_text(final.name)
-    os.replace(latest_tmp, out_dir / "LATEST")
-    _fsync_dir(out_dir)
+    atomic_write(out_dir / "LATEST", final.name.encode(), durable=True)
     snapshots = sorted(p for p in out_dir.glob("step-*") if p.is_dir())
     for old in snapshots[:-keep] if keep > 0 else []:
         if old != final:

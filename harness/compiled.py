@@ -31,7 +31,7 @@ from typing import Sequence
 
 import torch
 
-from harness.data import default_cache_dir
+from harness.storage import cache_dir
 
 
 #: C helper for sources that need exponentials in vectorised loops (prepend it to the source): glibc's vector
@@ -111,7 +111,7 @@ class CompiledLibrary:
         base = [compiler, "-O3", "-march=native", "-fPIC", "-shared", *self.flags]
         attempts = [[*base, "-fopenmp"], base] if self.openmp else [base]
         key = hashlib.sha256("\0".join([self.source, _machine_key(), *attempts[0]]).encode()).hexdigest()[:16]
-        lib = default_cache_dir() / "kernels" / f"{self.name}_{key}.so"
+        lib = cache_dir() / "kernels" / f"{self.name}_{key}.so"
         if not lib.exists():
             self._compile(lib, attempts)
         handle = ctypes.CDLL(str(lib))

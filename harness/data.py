@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from harness.config import DataConfig, content_hash
 from harness.errors import MixbenchError, UnknownNameError
-from harness.storage import cache_dir
+from harness.storage import cache_dir as mixbench_cache
 from harness.tokenizer import Tokenizer, atomic_write, digest_texts, train_bpe
 
 SPLITS = ("train", "validation", "test", "validation_ood", "test_ood")
@@ -84,11 +84,6 @@ class Window:
     doc_index: int  # index into Corpus.encode_split(split)
     start: int  # offset of ids[0] in the document's ids
     ids: np.ndarray  # up to context+1 tokens; ids[1:] are the targets
-
-
-def default_cache_dir() -> Path:
-    """Where tokenizers and token streams are cached (:func:`harness.storage.cache_dir`)."""
-    return cache_dir()
 
 
 # ----------------------------------------------------------------------------------------------- documents
@@ -452,7 +447,7 @@ def _sha(text: str) -> str:
 
 def load_corpus(cfg: DataConfig, cache_dir: Path | None = None, progress: bool = True) -> Corpus:
     """Documents, tokenizer and training stream for ``cfg``; tokenizer and stream come from the cache when present."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = Path(cache_dir) if cache_dir is not None else mixbench_cache()
     report: dict[str, Any] = {}
     documents = load_documents(cfg, report)
     train_texts = [d.text for d in documents["train"]]

@@ -64,6 +64,7 @@ from harness.errors import MixbenchError
 from harness.registry import SUITES
 from harness.render import CONTROL_MARK, MISSING, board_json, display, legend, ordered_rows, render
 from harness.results import ResultsStore, RunRecord, json_safe
+from harness.storage import swap_folder
 from harness.table import Row, table_from_runs
 
 MARKER = ".mixbench-site"
@@ -775,13 +776,7 @@ def publish_site(store: ResultsStore, out: Path, force: bool = False, config: Bo
                     "board; check --results, or pass --force to publish an empty board on purpose."
                 )
             site.write()
-            aside = None
-            if out.exists():
-                aside = out.parent / f".{out.name}.old-{uuid.uuid4().hex}"
-                os.rename(out, aside)
-            os.rename(tmp, out)
-            if aside is not None:
-                shutil.rmtree(aside, ignore_errors=True)
+            swap_folder(tmp, out, aside=out.parent / f".{out.name}.old-{uuid.uuid4().hex}")
         except OSError as exc:
             raise MixbenchError(f"could not write the site into {out} ({exc.strerror or exc}); check the folder.") from None
         finally:

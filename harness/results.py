@@ -45,6 +45,7 @@ from harness.config import content_hash, to_dict
 from harness.errors import MixbenchError
 from harness.manifest import LegacyManifest, RunManifest, legacy_store_error
 from harness.redaction import REDACTED, is_secret_key, redact  # noqa: F401  (re-exported)
+from harness.storage import atomic_write, fsync_dir, swap_folder, write_synced
 from harness.suite import Metric, SuiteResult
 
 MANIFEST = "manifest.json"
@@ -135,44 +136,29 @@ class _LocalRuns:
     def write(self, run_id: str, files: dict[str, bytes], force: bool) -> Path:
         self.make_dirs()
         tmp = self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}"
-        final, aside = self.runs / run_id, None
+        final = self.runs / run_id
         try:
             for rel, data in files.items():
-                _write_synced(tmp / rel, data)
-            _fsync_dir(tmp)
-            if final.exists():
-                if (final / MANIFEST).exists() and not force:
-                    raise _exists_error(run_id, str(self.runs.parent))
-                aside = self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-old"
-                os.rename(final, aside)  # a crash right here loses the old run; the new one stays in tmp
-            try:
-                os.rename(tmp, final)  # atomic; fails if another writer put a folder there meanwhile
+                write_synced(tmp / rel, data)
+            fsync_dir(tmp)
+            if (final / MANIFEST).exists() and not force:
+                raise _exists_error(run_id, str(self.runs.parent))
+            try:  # atomic; fails if another writer put a folder there meanwhile
+                swap_folder(tmp, final, aside=self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-old")
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
                 raise MixbenchError(
                     f"run {run_id} was written by another process at the same time; pass --force to overwrite it."
                 ) from None
-            _fsync_dir(self.runs)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        finally:
-            if aside is not None:
-                shutil.rmtree(aside, ignore_errors=True)
         return final
 
     def put_file(self, rel: str, data: bytes) -> str:
         path = self.runs.parent / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f"{TMP_PREFIX}{path.name}-{uuid.uuid4().hex}"
-        try:
-            _write_synced(tmp, data)
-            os.replace(tmp, path)  # atomic: a reader sees the old file or the new one, never a half
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        atomic_write(path, data, durable=True, prefix=TMP_PREFIX)  # a reader sees the old file or the new one
         return str(path)
 
     def get_file(self, rel: str) -> bytes | None:
@@ -183,7 +169,7 @@ class _LocalRuns:
 
     def remove_file(self, rel: str) -> None:
         (self.runs.parent / rel).unlink()
-        _fsync_dir((self.runs.parent / rel).parent)
+        fsync_dir((self.runs.parent / rel).parent)
 
     def list_files(self, prefix: str) -> list[str]:
         base = self.runs.parent / prefix
@@ -213,26 +199,6 @@ class _LocalRuns:
         return sorted(removed)
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """Persist a folder's entries (a rename is only durable once its parent is synced); no-op where unsupported."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class _FsspecRuns:

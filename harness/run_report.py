@@ -103,7 +103,7 @@ def show_text(store: ResultsStore, prefix: str) -> str:
         f"suite       {_kv(m.config_diff) or 'defaults'} ({m.config_source})",
         f"gate        {m.gate.status} (version {m.gate.version})",
         f"device      {s.device or '—'}" + (f", kernel {s.kernel}" if s.kernel else ""),
-        f"time        " + (", ".join(f"{k} {_number(v)} s" for k, v in m.timings.items()
+        "time        " + (", ".join(f"{k} {_number(v)} s" for k, v in m.timings.items()
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)) or "—"),
         f"code        mixbench {prov.get('mixbench', '?')}, git {git_text}, python {prov.get('python', '?')}",
         f"packages    {_kv(prov.get('packages') or {}) or '—'}",

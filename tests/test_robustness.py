@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from harness.checkpoint import load_model
-from harness.data import Document, default_cache_dir, load_corpus
+from harness.data import Document, load_corpus
+from harness.storage import cache_dir
 from harness.errors import ConfigError, MixbenchError
 from harness.evaluate import evaluate
 from harness.registry import SUITES
@@ -105,7 +106,7 @@ def test_lexicons_are_vendored_with_their_licences_and_read_offline():
         assert data_path(name).is_file() and f"| {name} |" in sources
     assert "WordNet 3.0 Copyright 2006 by Princeton University" in sources and "CC BY-SA 3.0" in sources
     root = wordnet_root()  # extracted into the mixbench cache, not into an NLTK data folder
-    assert root.parent == default_cache_dir() / "lexicons" and (root / "corpora" / "wordnet" / "data.noun").is_file()
+    assert root.parent == cache_dir() / "lexicons" and (root / "corpora" / "wordnet" / "data.noun").is_file()
     assert wordnet().synsets("country", "n")[0].name() == "state.n.04"
 
 

@@ -117,9 +117,10 @@ def test_unknown_mixer_and_failed_gate_name_the_plugin(tmp_path, capsys, monkeyp
     monkeypatch.setenv("MIXBENCH_CACHE", str(tmp_path / "cache"))
     assert main(["check", "gated-ema", "--preset", "tiny"]) == 2
     assert "--plugin MODULE" in capsys.readouterr().err
-    from harness.registry import load_plugins
+    from harness import registry
 
-    load_plugins(["tests.adversaries"])
+    monkeypatch.setattr(registry, "LOADED_PLUGINS", [])  # plugins earlier tests loaded in this process
+    registry.load_plugins(["tests.adversaries"])
     preset = get_preset("tiny")
     spec = ModelSpec("_adv_nan_step", {}, BackboneConfig(vocab_size=preset.vocab_size, **preset.backbone))
     with pytest.raises(gate_module.GateFailed, match=r"mixbench check _adv_nan_step --preset tiny --plugin "

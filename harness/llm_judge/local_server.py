@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from harness.data import default_cache_dir
+from harness.storage import cache_dir
 from harness.errors import MixbenchError
 from harness.llm_judge.openai_client import EndpointConfig
 
@@ -136,7 +136,7 @@ class LocalJudge:
         self.progress = progress
         self.start_seconds: float | None = None
         self._proc: subprocess.Popen | None = None
-        self.log_path = default_cache_dir() / "judge" / "server.log"
+        self.log_path = cache_dir() / "judge" / "server.log"
 
     def __enter__(self) -> EndpointConfig:
         model = gguf_path()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.data import default_cache_dir
+from harness.storage import cache_dir
 from harness.errors import MixbenchError
 from harness.llm_judge.openai_client import Reply
 from harness.redaction import redact_text
@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS judge_modes (
 
 
 def default_cache_path() -> Path:
-    return default_cache_dir() / "judge" / "replies.sqlite"
+    return cache_dir() / "judge" / "replies.sqlite"
 
 
 def reply_key(judge: str, template_hash: str, mode: str, *parts: str) -> str:

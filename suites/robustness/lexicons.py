@@ -11,9 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import shutil
 import tarfile
-import tempfile
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,8 +19,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.data import default_cache_dir
 from harness.errors import MixbenchError
+from harness.storage import cache_dir as mixbench_cache, fill_folder_once
 
 if TYPE_CHECKING:  # pragma: no cover
     from nltk.corpus.reader import WordNetCorpusReader
@@ -63,25 +61,15 @@ def wordnet_root(cache_dir: Path | None = None) -> Path:
     """The NLTK data root holding ``corpora/wordnet``, extracted from the vendored archive on first use."""
     archive = data_path("wordnet-3.0.tar.gz")
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
-    root = Path(cache_dir or default_cache_dir()) / "lexicons" / f"wordnet-3.0-{digest}"
-    if (root / "corpora" / "wordnet" / "lexnames").is_file():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}."))
-    try:
+    root = Path(cache_dir or mixbench_cache()) / "lexicons" / f"wordnet-3.0-{digest}"
+
+    def extract(tmp: Path) -> None:
         with tarfile.open(archive, "r:gz") as tar:
             # the "data" filter (Python >= 3.11.4) refuses links and paths outside the target
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(tmp / "corpora", **safe)
-        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide a shared cache from other users
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another process finished first: keep its copy
-            if not (root / "corpora" / "wordnet" / "lexnames").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+
+    return fill_folder_once(root, extract, lambda r: (r / "corpora" / "wordnet" / "lexnames").is_file())
 
 
 @lru_cache(maxsize=1)

@@ -49,7 +49,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness.config import as_tuple
-from harness.data import SPLITS, default_cache_dir
+from harness.data import SPLITS
+from harness.storage import cache_dir
 from harness.errors import ConfigError
 from harness.registry import register_suite
 from harness.stats import Interval, percentile_interval, resample_indices
@@ -203,7 +204,7 @@ class Robustness(Suite):
         if cfg.pairs_file:
             pairs, source = load_pairs(cfg.pairs_file), Path(cfg.pairs_file).expanduser()
         else:
-            pairs, source = cached_pairs(ctx.corpus.documents, cfg.pair_spec, default_cache_dir(), ctx.progress)
+            pairs, source = cached_pairs(ctx.corpus.documents, cfg.pair_spec, cache_dir(), ctx.progress)
         if not pairs:
             raise ConfigError(
                 f"robustness: no pairs could be built from {list(cfg.splits)}; use other splits or slices."

@@ -205,7 +205,7 @@ class FuzzyRecallConfig:
 
 
 def generate_fuzzy_recall(cfg: FuzzyRecallConfig, n: int, rng: np.random.Generator, training: bool) -> TaskData:
-    L, kmax, vmax = cfg.seq_len, cfg.k_motif_size, cfg.v_motif_size
+    L = cfg.seq_len
     seqs = np.full((n, L + 1), cfg.pad_token, dtype=np.int64)
     scored = np.zeros((n, L + 1), dtype=bool)
     for i in range(n):
