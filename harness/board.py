@@ -48,7 +48,9 @@ GROUP_NAMES = "abcdefghijklmnopqrstuvwxyz"
 class BoardConfig:
     """``alpha``: family-wise level of the tie tests (Holm); ``rank_level``: coverage of the rank intervals;
     ``bootstrap``: resamples for rank intervals and paired tests; ``quality``/``speed``: the Pareto axes (a
-    column name, or None for the Borda points and the training tokens/s)."""
+    column name, or None for the Borda points and the first headline speed column; with no speed column there is
+    no Pareto view: training tokens/s come from separate runs on whatever machine each ran, so they are never an
+    axis, docs/ARCHITECTURE.md "The board")."""
 
     alpha: float = 0.05
     rank_level: float = 0.95
@@ -119,6 +121,11 @@ class Board:
     not_above_control: set[tuple[str, str]] = field(default_factory=set)
     #: labels of the reference controls the marks compare with
     reference_controls: list[str] = field(default_factory=list)
+
+    def speed_of(self, row: Row) -> float | None:
+        """``row``'s value on the Pareto view's speed axis, oriented so that higher is faster (the inverse of a
+        lower-is-better column such as a time ratio); None without a speed column or a value."""
+        return _speed_value(self.table, row, self.speed_name or None)
 
     @property
     def voting(self) -> list[Column]:
@@ -504,17 +511,22 @@ def pareto_front(points: dict[Any, tuple[float, float]], x_higher: bool = True, 
 
 
 def _speed_value(table: Table, row: Row, speed: str | None) -> float | None:
+    """The speed column's value, inverted when lower is better, so that the Pareto axis is always "higher is
+    faster"; None for a missing, NaN or non-positive value."""
     if speed is None:
-        return row.train_tokens_per_s
+        return None
     cell = table.cell(row, speed)
-    return None if cell is None else cell.value
+    if cell is None or cell.value is None or math.isnan(cell.value):
+        return None
+    if table.column(speed).higher_is_better:
+        return cell.value
+    return 1.0 / cell.value if cell.value > 0 else None
 
 
 def _pareto(table: Table, points: dict[str, float | None], config: BoardConfig):
     speed_col = config.speed
     if speed_col is None:  # the first speed column a suite lists among its headline metrics, if any row has it
-        speed_col = next((c.name for c in table.columns if c.role == "speed" and c.higher_is_better and c.headline
-                          and not c.config), None)
+        speed_col = next((c.name for c in table.columns if c.role == "speed" and c.headline and not c.config), None)
     if speed_col is not None and speed_col not in {c.name for c in table.columns}:
         raise MixbenchError(f"board: speed column '{speed_col}' is not on the board.")
     quality = config.quality
@@ -531,13 +543,13 @@ def _pareto(table: Table, points: dict[str, float | None], config: BoardConfig):
                 continue
             q = points.get(row.key) if quality is None else _value(table.cell(row, quality))
             s = _speed_value(table, row, speed_col)
-            if q is None or s is None or math.isnan(q) or math.isnan(s):
+            if q is None or s is None or math.isnan(q):
                 out[row.key] = None
                 continue
             pts[row.key] = (s, q)
         front = pareto_front(pts, True, higher)
         out.update({k: k in front for k in pts})
-    return speed_col or "train_tokens_per_s", quality_name, out
+    return speed_col or "", quality_name, out
 
 
 def _value(cell: Cell | None) -> float | None:

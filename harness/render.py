@@ -262,7 +262,8 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     lead += [(k, _state_header(board) if k == "state" else k) for k in ("params", "state") if k not in omitted]
     lead.append(("gate", "gate"))
     if view != "compact":
-        lead += [("seeds", "seeds"), ("train_tps", "train tok/s")]
+        # no training tokens/s: numbers of separate runs on whatever machine each ran (the model pages keep them)
+        lead.append(("seeds", "seeds"))
     up, down = ("↑", "↓") if style != "latex" else (r"$\uparrow$", r"$\downarrow$")
     header = [h for _, h in lead]
     for c in columns:  # compact: the suite, abbreviated; the legend names the metric and its direction
@@ -280,8 +281,6 @@ def _display(board: Board, view: str, suite: str | None, style: str,
             "gate": (GATE_LABELS.get(row.gate, row.gate or MISSING), None),
             "seeds": (f"{len(row.seeds)} ({','.join(map(str, row.seeds))})" if row.seeds else MISSING,
                       len(row.seeds) or None),
-            "train_tps": (fmt(row.train_tokens_per_s, 3, 0) if row.train_tokens_per_s else MISSING,
-                         row.train_tokens_per_s),
         }
         line, nums, bold = [], [], []
         for k, _ in lead:

@@ -293,3 +293,28 @@ def test_ranks_need_no_items_but_then_claim_less(tmp_path):
     assert compare_cells(board.table.cell(rows["a"], col), board.table.cell(rows["c"], col), board.config) == \
         pytest.approx(2 * (1 - 0.5 * (1 + math.erf(z / math.sqrt(2)))), abs=1e-12)
     assert stats.holm([0.01, 0.5])[0] == [True, False]
+
+
+def test_pareto_speed_is_a_measured_ratio_never_training_tokens_per_s(tmp_path):
+    """The Pareto axis is the first headline speed column, inverted when lower is better (a time ratio), so
+    higher is always faster; without one there is no Pareto view at all, however fast training was."""
+    store = ResultsStore(tmp_path)
+    quality = {"a": 1.0, "b": 0.5, "c": 3.0}
+    time_ratio = {"a": 0.5, "b": 1.0, "c": 4.0}  # a is fastest: half the reference's time
+    for mixer in quality:
+        s = subject(mixer, train_tokens_per_s={"a": 1.0, "b": 2.0, "c": 1e9}[mixer])
+        put(store, manifest("Q", s, headline=("q",)), [score("q", quality[mixer])])
+    config = BoardConfig(quality="Q/q")
+    board = board_of(store, config=config)
+    assert board.speed_name == "" and set(board.pareto.values()) == {None}  # training tokens/s is no axis
+    assert board.speed_of(board.table.rows[0]) is None
+    for mixer in quality:
+        put(store, manifest("T", subject(mixer), headline=("time_ratio",)),
+            [score("time_ratio", time_ratio[mixer], False, role="speed")])
+    board = board_of(store, config=config)
+    rows = _rows(board)
+    assert board.speed_name == "T/time_ratio"
+    assert {m: board.speed_of(rows[m]) for m in quality} == {"a": 2.0, "b": 1.0, "c": 0.25}
+    # b is slower than a and worse: dominated; c trades speed for quality. With the ratio read as "higher is
+    # better" c would dominate everything.
+    assert {m: board.pareto[rows[m].key] for m in quality} == {"a": True, "b": False, "c": True}

@@ -24,7 +24,8 @@ from suites.synthetic import mad
 from suites.synthetic.data import IGNORE, TaskData, split_rng, weighted_sample_without_replacement
 from suites.synthetic.mqar import MQARConfig, generate_mqar
 from suites.synthetic.scoring import ExampleScores, accuracy_metric, average_metric, score_split
-from suites.synthetic.site import pareto_front, site_section
+from harness.board import pareto_front
+from suites.synthetic.site import site_section
 from suites.synthetic.suite import PLOT_NAME, SyntheticConfig
 from suites.synthetic.tasks import TASKS, parse_settings, unigram_mode
 from suites.synthetic.train import TaskModel, TrainSettings, sweep
@@ -518,4 +519,4 @@ def test_site_section_tables_front_and_plots():
 
 def test_pareto_front_by_hand():
     points = {"a": (0.9, 100.0), "b": (0.5, 10.0), "c": (0.4, 50.0), "d": (0.9, 200.0), "e": (0.5, 10.0)}
-    assert pareto_front(points) == {"a", "b", "e"}
+    assert pareto_front(points, x_higher=True, y_higher=False) == {"a", "b", "e"}  # accuracy up, state down

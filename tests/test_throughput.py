@@ -107,6 +107,12 @@ def test_suite_measures_the_grid_and_derives_metrics(tmp_path):
         mixing = metrics[f"{mode}_mixing_ms"]
         assert mixing.value == pytest.approx(float(np.median(cost))) and mixing.interval.kind == "bootstrap"
         assert min(cost) <= mixing.interval.low <= mixing.interval.high <= max(cost)
+        # the board's speed: the floor's time over the mixer's, per round, in the same rounds
+        speed = [b / a for a, b in zip(by_key[("measured", mode, 16)]["rounds"], floor["rounds"])]
+        vs_floor = metrics[f"{mode}_vs_floor"]
+        assert vs_floor.higher_is_better and vs_floor.role == "speed"
+        assert vs_floor.value == pytest.approx(float(np.median(speed))) and vs_floor.interval.kind == "bootstrap"
+        assert min(speed) <= vs_floor.interval.low <= vs_floor.interval.high <= max(speed)
         # the crossover is the one the per-length paired ratios give
         ratios = {t: by_key[("measured", mode, t)]["ratio"] for t in (16, 32, 64, 128)}
         expected = analysis.crossover_from_ratios(ratios)
@@ -174,3 +180,42 @@ def test_reference_is_skipped_for_itself(tmp_path):
     assert {s["model"] for s in result.samples} == {"measured", "floor"}  # no reference; the floor still
     floor = Throughput(cfg).run(tiny_model("none"), SuiteContext(None, tmp_path, progress=False))  # nor the floor
     assert {s["model"] for s in floor.samples} == {"measured", "reference"} and floor.info["floor"] is None
+    own = {m.name: m for m in floor.metrics}["prefill_vs_floor"]  # 1 by definition, on the mixers' scale
+    assert own.value == 1.0 and (own.interval.low, own.interval.high) == (1.0, 1.0)
+
+
+def test_headline_speed_is_only_measured_against_another_model_in_the_same_rounds():
+    """No absolute rate (tokens/s, ms) is a headline: those of separate runs are not comparable."""
+    assert Throughput.headline[0] == "train_vs_floor"
+    assert not [h for h in Throughput.headline if h.endswith(("tok_s", "_ms"))]
+
+
+def test_peak_memory_is_the_exact_tensor_peak(tmp_path):
+    """A point's peak is what its tensors need, the same in every run: attention's training step at T holds
+    T x T score matrices, so its peak grows with T and repeats to the byte (the resident set read 9 MiB at
+    T=128 and 1.5 MiB at T=256)."""
+    cfg = ThroughputConfig(lengths=(32, 64, 128), repeats=1, modes=("train",), reference="", floor="")
+    peaks = []
+    for _ in range(2):
+        result = Throughput(cfg).run(tiny_model("attention"), SuiteContext(None, tmp_path, progress=False))
+        peaks.append({s["length"]: s["peak_bytes"] for s in result.samples})
+    assert peaks[0] == peaks[1]
+    assert peaks[0][32] < peaks[0][64] < peaks[0][128]
+
+
+@pytest.mark.parametrize(("low", "step"), [(2e-3, 0.3), (3.1e-3, 0.3), (0.5, 0.3), (1.1e-4, 0.05), (1e-3, 100.0)])
+def test_time_plot_labels_its_axis_over_a_short_range(low, step):
+    """A curve inside one power of 2 or 10 (attention's prefill at 256-1024 tokens) still has numbers on its
+    y axis; a mode with no measured point has no legend warning."""
+    from suites.throughput.measure import Point
+    from suites.throughput.plots import time_figure
+
+    table = {t: Point("prefill", t, 1, "ok", seconds=low * (1 + step * i)) for i, t in enumerate((256, 512, 1024))}
+    fig = time_figure([("attention", {"prefill": table, "decode": {}}, "-o")])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.yaxis.get_major_ticks() + ax.yaxis.get_minor_ticks()
+             if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi]
+    labels = [t.label1.get_text() for t in shown]
+    assert len(set(labels)) >= 2 and len(set(labels)) == len(labels), labels

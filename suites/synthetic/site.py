@@ -16,6 +16,8 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from harness.board import pareto_front
+
 if TYPE_CHECKING:  # pragma: no cover
     from harness.results import RunRecord
     from harness.suite import Metric, SiteKit
@@ -62,16 +64,6 @@ def _above_chance(m: "Metric") -> bool:
     return m.chance is None or low > m.chance
 
 
-def pareto_front(points: dict[Any, tuple[float, float]]) -> set[Any]:
-    """Keys whose (accuracy, state) no other point beats: at least as accurate with no more state, and strictly
-    better on one of the two."""
-    return {
-        k for k, (acc, state) in points.items()
-        if not any(oa >= acc and os_ <= state and (oa > acc or os_ < state)
-                   for o, (oa, os_) in points.items() if o != k)
-    }  # fmt: skip
-
-
 def site_section(runs: list["RunRecord"], kit: "SiteKit") -> str:
     groups: dict[str, list["RunRecord"]] = defaultdict(list)
     for run in runs:
@@ -109,7 +101,7 @@ def _group(n: int, config: str, newest: dict[tuple[str, str], "RunRecord"], kit:
             acc, state = metrics.get(f"{prefix}/acc"), metrics.get(f"{prefix}/state_floats")
             if acc is not None and state is not None and _above_chance(acc):
                 points[key] = (acc.value, state.value)
-        front = pareto_front(points)
+        front = pareto_front(points, x_higher=True, y_higher=False)  # (accuracy up, state down)
         for key, metrics in sorted(by_name.items()):
             acc = metrics.get(f"{prefix}/acc")
             if acc is None:

@@ -8,9 +8,10 @@ its weights do not matter for speed), every point of a (mode x context x batch) 
 * ``decode``  - per-token latency of ``step()`` with the state already holding T tokens (ms/token).
 
 The speed floor (docs/controls.md): the registered context-free control (``floor="auto"``) at the same backbone is
-timed in the same rounds too. Its time is what the backbone costs without any mixing, so ``<mode>_mixing_ms``, the
-per-round difference of the mixer's time and the floor's at the model's context (median, bootstrap interval over
-rounds), is what the mixer's token mixing costs.
+timed in the same rounds too. Its time is what the backbone costs without any mixing, so ``<mode>_vs_floor``, the
+per-round ratio of the floor's time to the mixer's at the model's context (median, bootstrap interval over
+rounds), is the mixer's speed on one scale across runs and machines (the board's speed columns and its Pareto
+axis), and ``<mode>_mixing_ms``, the per-round difference, is what the mixer's token mixing costs.
 
 At every point the two models are timed in alternating rounds (``suites/throughput/measure.py``, through
 :func:`harness.timing.interleaved`), so their time ratio is taken per round and reported as its median with a
@@ -105,13 +106,17 @@ class Throughput(Suite):
     quickstart: ClassVar[dict[str, Any] | None] = {
         "lengths": (256, 512, 1024), "repeats": 3, "warmup": 3, "max_warmup": 3, "max_point_seconds": 10.0,
     }
+    #: only numbers measured against another model in the same interleaved rounds, or within one sweep: tokens/s
+    #: of separate runs differ with the machine and its load (a new mixer read 7141 tokens/s against attention's
+    #: 1368 from another run, while attention was faster in the new mixer's own interleaved run)
     headline: ClassVar[tuple[str, ...]] = (
-        "train_tok_s", "prefill_tok_s", "prefill_exponent", "crossover_prefill", "decode_ratio",
+        "train_vs_floor", "prefill_vs_floor", "prefill_exponent", "crossover_prefill", "decode_ratio",
     )  # fmt: skip
     device_dependent: ClassVar[bool] = True
     #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios;
-    #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it
-    version: ClassVar[int] = 3
+    #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it;
+    #: 4: speed relative to the floor (``<mode>_vs_floor``) is the headline, peak memory is the exact tensor peak
+    version: ClassVar[int] = 4
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         cfg = self.cfg
@@ -131,6 +136,8 @@ class Throughput(Suite):
         metrics = self._metrics(model, tables, reference_tables, lengths, device)
         if floor is not None:
             metrics += _floor_metrics(tables, _tables(floor_points, cfg.batch_sizes[0]), _context(model, lengths))
+        elif floor_name == model.spec.mixer:
+            metrics += _floor_itself(tables, _context(model, lengths))
         plots = plot_tables(ctx.work_dir, model.spec.mixer, tables, cfg.reference, reference_tables)
         points = points + [_tagged(p, "reference") for p in ref_points] + [_tagged(p, "floor") for p in floor_points]
         info = {
@@ -259,23 +266,48 @@ def _context(model, lengths) -> int:
 
 
 def _floor_metrics(tables: Tables, floor: Tables, context: int) -> list[Metric]:
-    """``<mode>_mixing_ms``: per round, the mixer's time minus the floor's (timed in the same round), at ``context``;
-    the median over rounds with a bootstrap interval (rounds resampled). Per call for train and prefill, per
-    generated token for decode."""
+    """Against the speed floor timed in the same rounds, at ``context``, per mode:
+
+    * ``<mode>_vs_floor``: the floor's time / the mixer's time, per round (1 = as fast as a model that mixes
+      nothing; higher is faster). The board's speed: a ratio of two models timed interleaved in one run, so it
+      compares across runs and machines where tokens/s measured in separate runs do not.
+    * ``<mode>_mixing_ms``: the mixer's time minus the floor's, per round: what its token mixing costs.
+
+    Each is the median over rounds with a bootstrap interval (rounds resampled). Per call for train and prefill,
+    per generated token for decode."""
     out = []
     for mode, table in tables.items():
         p, f = table.get(context), floor.get(mode, {}).get(context)
         if p is None or f is None or p.status != "ok" or f.status != "ok":
             continue
         n = min(len(p.rounds), len(f.rounds))
-        diffs = [(a - b) * 1e3 for a, b in zip(p.rounds[:n], f.rounds[:n])]
-        if not diffs:
+        pairs = list(zip(p.rounds[:n], f.rounds[:n]))
+        if not pairs:
             continue
-        interval = percentile_interval(median_replicates(diffs)) if len(diffs) >= 2 else None
+        ratios = [b / a for a, b in pairs]
+        out.append(_median_metric(f"{mode}_vs_floor", ratios, True,
+                                  "floor time / time, paired rounds (1 = as fast as the context-free control)"))
         unit = "ms/token over the floor" if mode == "decode" else f"ms per call ({p.batch}x{context} tokens) over the floor"
-        out.append(Metric(f"{mode}_mixing_ms", float(statistics.median(diffs)), False, role="speed", interval=interval,
-                          n=len(diffs), unit=unit))
+        out.append(_median_metric(f"{mode}_mixing_ms", [(a - b) * 1e3 for a, b in pairs], False, unit))
     return out
+
+
+def _floor_itself(tables: Tables, context: int) -> list[Metric]:
+    """The floor's own ``<mode>_vs_floor``: 1 by definition (its interval is the point), so that its row reads on
+    the same scale as the mixers measured against it."""
+    out = []
+    for mode, table in tables.items():
+        p = table.get(context)
+        if p is not None and p.status == "ok":
+            out.append(Metric(f"{mode}_vs_floor", 1.0, True, role="speed", interval=Interval(1.0, 1.0, "bootstrap"),
+                              n=len(p.rounds), unit="floor time / time (this model is the floor)"))
+    return out
+
+
+def _median_metric(name: str, values: list[float], higher_is_better: bool, unit: str) -> Metric:
+    interval = percentile_interval(median_replicates(values)) if len(values) >= 2 else None
+    return Metric(name, float(statistics.median(values)), higher_is_better, role="speed", interval=interval,
+                  n=len(values), unit=unit)
 
 
 def _paired_metrics(mode: str, table: dict[int, Point], reference: dict[int, Point], context: int) -> list[Metric]:

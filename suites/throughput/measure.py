@@ -8,10 +8,11 @@ bootstrap interval over rounds). Inputs and decode states are built before the c
 can be captured (fixed-shape state).
 
 Each model's first call at a point runs alone, before the rounds: it is the first warm-up call, and it is where
-the point's peak memory and an out-of-memory failure are measured, one model at a time. Peak memory: on CUDA
-``torch.cuda.max_memory_allocated`` after a reset; on Linux CPUs the process's peak resident set (VmHWM, reset
-through /proc/self/clear_refs) minus the resident set before the call, so it is the extra memory the point needed
-(freed heap pages are handed back first, see :func:`_release_free_memory`). An allocation failure (CPU or CUDA)
+the point's peak memory and an out-of-memory failure are measured, one model at a time. Peak memory is
+:func:`harness.memory.peak_bytes`: on CUDA the allocator's peak; on CPU the exact peak of the tensors the call
+allocates (every storage traced with its free; docs/memory.md). The process's resident set, used before, moved
+by several MiB with allocator caching and the first call's one-time set-up (attention read 9 MiB at T=128 and
+1.5 MiB at T=256, and 2.3 MiB for the same point in another run). An allocation failure (CPU or CUDA)
 is caught and that model's point recorded as ``oom``; ``MemoryCap`` lowers the address-space limit so tests can
 force that on purpose.
 """
@@ -19,8 +20,6 @@ force that on purpose.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import resource
 import statistics
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from harness.memory import peak_bytes
 from harness.timing import Candidate, Ratio, interleaved
 from harness.training import lm_loss
 
@@ -125,47 +125,6 @@ def MemoryCap(extra_bytes: int | None) -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def _release_free_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc ``malloc_trim``) so the resident set before a point holds only
-    live data. Without it, memory an earlier point (or the warm-up) freed is reused without raising the resident
-    set, and a point's peak reads as 0."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the peak is then a lower bound
-        pass
-
-
-class PeakMemory:
-    """Extra memory a block of work needed at its peak (bytes), or None where it cannot be measured."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.peak: int | None = None
-
-    def __enter__(self) -> "PeakMemory":
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
-        else:
-            _release_free_memory()
-            try:
-                Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
-                self._base = _proc_status("VmRSS")
-            except OSError:
-                self._base = None
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            self.peak = torch.cuda.max_memory_allocated(self.device) - self._base
-        elif self._base is not None:
-            hwm = _proc_status("VmHWM")
-            self.peak = None if hwm is None else max(0, hwm - self._base)
 
 
 @dataclass(frozen=True)
@@ -294,9 +253,8 @@ def _first_call(run: _Run, mode: str, length: int, batch: int, device: torch.dev
     """Build the inputs and make the model's first call, alone: its peak memory, or ``oom``."""
     try:
         run.inputs = run.work.setup()
-        with PeakMemory(device) as mem:
-            run.work.call(run.inputs)
-        return Point(mode, length, batch, "ok", peak_bytes=mem.peak)
+        peak = peak_bytes(lambda: run.work.call(run.inputs), device)
+        return Point(mode, length, batch, "ok", peak_bytes=peak)
     except Exception as exc:
         # under a cap, oneDNN reports a failed allocation as a primitive it "could not create"
         capped_failure = bool(memory_cap) and "could not create a primitive" in str(exc)
