@@ -26,7 +26,6 @@ night, and the history and plots hold the good nights only.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
@@ -490,39 +489,31 @@ def _slug(text: str) -> str:
 
 def _plot(group, suite: str, metric: str) -> bytes:
     """A metric across nights, one line per (model, preset), the interval as error bars where there is one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from harness.plotting import figure, png_bytes
 
     nights = sorted(group["night"].unique())
     x_of = {n: i for i, n in enumerate(nights)}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    try:
-        for (model, preset), series in group.groupby(["model", "preset"], sort=True):
-            series = series.sort_values("night")
-            xs = [x_of[n] for n in series["night"]]
-            ys = series["value"].astype(float).to_numpy()
-            lo = np.array([_bound(iv, "low") for iv in series["interval"]])
-            hi = np.array([_bound(iv, "high") for iv in series["interval"]])
-            label = " / ".join(p for p in (str(model), str(preset)) if p)
-            has_ci = ~(np.isnan(lo) | np.isnan(hi))
-            if has_ci.any():
-                err = np.vstack([np.where(has_ci, ys - lo, 0), np.where(has_ci, hi - ys, 0)])
-                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
-            else:
-                ax.plot(xs, ys, marker="o", label=label)
-        ax.set_xticks(range(len(nights)), [_night_label(n) for n in nights], rotation=30, ha="right", fontsize=7)
-        ax.set_title(f"{suite} / {metric}")
-        ax.set_xlabel("night")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        return buf.getvalue()
-    finally:
-        plt.close(fig)
+    fig, axes = figure(7, 4)
+    ax = axes[0][0]
+    for (model, preset), series in group.groupby(["model", "preset"], sort=True):
+        series = series.sort_values("night")
+        xs = [x_of[n] for n in series["night"]]
+        ys = series["value"].astype(float).to_numpy()
+        lo = np.array([_bound(iv, "low") for iv in series["interval"]])
+        hi = np.array([_bound(iv, "high") for iv in series["interval"]])
+        label = " / ".join(p for p in (str(model), str(preset)) if p)
+        has_ci = ~(np.isnan(lo) | np.isnan(hi))
+        if has_ci.any():
+            err = np.vstack([np.where(has_ci, ys - lo, 0), np.where(has_ci, hi - ys, 0)])
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        else:
+            ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xticks(range(len(nights)), [_night_label(n) for n in nights], rotation=30, ha="right", fontsize=7)
+    ax.set_title(f"{suite} / {metric}")
+    ax.set_xlabel("night")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return png_bytes(fig, dpi=100)
 
 
 def _bound(interval: Any, side: str) -> float:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from scipy.stats import rankdata
 
 
 
@@ -47,18 +48,8 @@ def pearson(y: np.ndarray, p: np.ndarray) -> float:
     return float(yc @ pc / denom) if denom else 0.0
 
 
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties sharing their mean rank (scipy's ``rankdata(method='average')``)."""
-    x = np.asarray(x)
-    order = np.argsort(x, kind="mergesort")
-    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.repeat(first + (counts + 1) / 2, counts)
-    return ranks
-
-
 def spearman(y: np.ndarray, p: np.ndarray) -> float:
-    return pearson(average_ranks(y), average_ranks(p))
+    return pearson(rankdata(y), rankdata(p))
 
 
 METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {

@@ -172,14 +172,9 @@ def train_toy(ids: torch.Tensor, vocab_size: int, lr: float, steps: int, basis: 
 
 def plot_runs(runs: list[ToyRun], path) -> Path:
     """Cosine with the leading term per step (one panel per learning rate) and the loss: the run's curve."""
-    import matplotlib
+    from harness.plotting import figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(runs) + 1, figsize=(4.2 * (len(runs) + 1), 3.6), squeeze=False)
+    fig, axes = figure(4.2 * (len(runs) + 1), 3.6, cols=len(runs) + 1)
     labels = {"W_O": r"cos($W_O$, $\bar B$)", "V": r"cos($V$, $\bar\Phi^T\bar B^T$)", "W": r"cos($W$, $\bar Q$)",
               "P": r"cos($P$, $\Delta$)"}
     for ax, run in zip(axes[0], runs):
@@ -199,7 +194,4 @@ def plot_runs(runs: list[ToyRun], path) -> Path:
     ax.set_xlabel("step")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

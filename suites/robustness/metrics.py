@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import rankdata
 import torch
 
 
@@ -36,24 +37,11 @@ def top1_agreement(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return (logp.argmax(-1) == logq.argmax(-1)).double()
 
 
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of ``x`` with ties given their average rank (as ``scipy.stats.rankdata``)."""
-    order = np.argsort(x, kind="stable")
-    sorted_x = x[order]
-    ranks = np.empty(len(x), dtype=np.float64)
-    start = 0
-    for end in range(1, len(x) + 1):
-        if end == len(x) or sorted_x[end] != sorted_x[start]:
-            ranks[order[start:end]] = (start + end + 1) / 2
-            start = end
-    return ranks
-
-
 def spearman_union(logp: np.ndarray, logq: np.ndarray, k: int) -> float:
     """Spearman correlation of the two distributions over the union of their top-k tokens (NaN if a side is
     constant there)."""
     union = np.union1d(np.argpartition(-logp, k - 1)[:k], np.argpartition(-logq, k - 1)[:k])
-    a, b = average_ranks(logp[union]), average_ranks(logq[union])
+    a, b = rankdata(logp[union]), rankdata(logq[union])  # ties share their average rank
     a, b = a - a.mean(), b - b.mean()
     denom = math.sqrt(float((a * a).sum() * (b * b).sum()))
     return float((a * b).sum() / denom) if denom > 0 else math.nan

@@ -11,17 +11,17 @@ from typing import Any
 def plot_accuracy_vs_state(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """``rows``: dicts with mixer, task, label, accuracy, low, high (Wilson bounds or None), state_floats and
     chance. One panel per task, one colour per mixer, the settings of a mixer joined in state order, the
-    task's chance level dashed. Drawn on a bare ``Figure`` (Agg canvas), so no global backend is touched."""
+    task's chance level dashed."""
     import matplotlib
-    from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
+
+    from harness.plotting import figure, save
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     mixers = list(dict.fromkeys(r["mixer"] for r in rows))
     cols = min(4, max(1, len(tasks)))
     nrows = math.ceil(len(tasks) / cols) if tasks else 1
-    fig = Figure(figsize=(3.6 * cols, 3.0 * nrows))
-    axes = fig.subplots(nrows, cols, squeeze=False)
+    fig, axes = figure(3.6 * cols, 3.0 * nrows, rows=nrows, cols=cols)
     colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, task in zip(axes.flat, tasks):
         mine = [r for r in rows if r["task"] == task]
@@ -61,7 +61,4 @@ def plot_accuracy_vs_state(rows: Sequence[dict[str, Any]], path: Path, title: st
     # fixed margins: tight_layout measures every tick label and costs seconds on a loaded CPU
     fig.subplots_adjust(left=0.24 / cols, right=0.98, bottom=0.45 / (3.0 * nrows) + 0.08 / nrows,
                         top=1 - (0.55 if title else 0.3) / (3.0 * nrows), wspace=0.35, hspace=0.55)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path, tight=False)

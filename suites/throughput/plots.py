@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from matplotlib.ticker import FuncFormatter, LogLocator
 
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+from harness.plotting import figure, save
 
 TITLES = {"decode": "decode (s/token)", "prefill": "prefill (s)", "train": "train fwd+bwd (s)"}
 
@@ -20,15 +18,14 @@ def plot_tables(out_dir: Path, label: str, tables: dict, reference: str, referen
     series = [(label, tables, "-o")] + ([(reference, reference_tables, "--s")] if reference_tables else [])
     files = [out_dir / "time_vs_length.png", out_dir / "memory_vs_length.png"]
     for fig, path in zip((time_figure(series), memory_figure(series)), files):
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save(fig, path)
     return files
 
 
 def time_figure(series: list[tuple[str, dict, str]]):
     """One log-log panel of time against length per mode measured."""
     modes = [m for m in ("train", "prefill", "decode") if any(m in tabs for _, tabs, _ in series)]
-    fig, axes = plt.subplots(1, max(len(modes), 1), figsize=(4.2 * max(len(modes), 1), 3.6), squeeze=False)
+    fig, axes = figure(4.2 * max(len(modes), 1), 3.6, cols=max(len(modes), 1))
     for ax, mode in zip(axes[0], modes):
         for name, tabs, style in series:
             pts = sorted((t, p.seconds) for t, p in tabs.get(mode, {}).items() if p.seconds)
@@ -37,13 +34,13 @@ def time_figure(series: list[tuple[str, dict, str]]):
         _log_axes(ax)
         ax.set_title(TITLES[mode])
         ax.set_xlabel("context length T")
-    fig.tight_layout()
     return fig
 
 
 def memory_figure(series: list[tuple[str, dict, str]]):
     """Peak tensor memory of each model's first call at each point, against length (log-log)."""
-    fig, ax = plt.subplots(figsize=(4.6, 3.6))
+    fig, axes = figure(4.6, 3.6)
+    ax = axes[0][0]
     for name, tabs, style in series:
         for mode in ("train", "prefill", "decode"):
             pts = sorted((t, p.peak_bytes / 2**20) for t, p in tabs.get(mode, {}).items() if p.peak_bytes)
@@ -52,7 +49,6 @@ def memory_figure(series: list[tuple[str, dict, str]]):
     _log_axes(ax)
     ax.set_xlabel("context length T")
     ax.set_ylabel("peak tensor memory (MiB)")
-    fig.tight_layout()
     return fig
 
 
