@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from harness.backbone import MixerLM, build_model
 from harness.config import BackboneConfig, ModelSpec, as_tuple, get_preset
 from harness.errors import ConfigError
-from harness.mixer import Mixer, state_floats
+from harness.mixer import Mixer, state_floats, state_tensors
 
 #: bump when a check is added or tightened: cached verdicts of older gates are not reused
 GATE_VERSION = 3  # 3: the context_free check
@@ -333,6 +333,16 @@ def _contracted(m: Mixer, method: str, out: Any, x: torch.Tensor, form: str, y: 
     return out
 
 
+def _require_unchanged(state: Any, before: list[torch.Tensor], where: str) -> None:
+    """A state passed to ``forward``/``step`` is never modified (docs/state_contract.md): callers keep and reuse
+    states (the throughput suite times every round from one prefilled state; a beam or a branch resumes from a
+    saved one), and an in-place update passes every output check, since the call's own result is right."""
+    after = state_tensors(state)
+    if len(after) != len(before) or any(not torch.equal(a, b) for a, b in zip(after, before)):
+        raise ContractError(f"{where} modified the state it was given in place; return a new state instead "
+                            "(e.g. torch.cat or out-of-place ops on a copy)")
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a bare tensor of shape {tuple(value.shape)}"
@@ -533,7 +543,11 @@ def _decode(s: _Setup) -> CheckResult:
             state = m.init_state(s.batch, s.x.device, s.x.dtype)
             steps = []
             for t in range(longest):
+                before = [t_.clone() for t_ in state_tensors(state)] if t in (1, longest // 2) else None
+                passed = state
                 y_t, state = _step(m, s.x[:, t], state)
+                if before is not None:
+                    _require_unchanged(passed, before, f"layer {layer}: step at position {t}")
                 steps.append(y_t)
             decoded = torch.stack(steps, 1)
         for length in s.lengths:
@@ -555,7 +569,9 @@ def _prefill(s: _Setup) -> CheckResult:
                 worst.update(y_all, full, where, "forward from an empty state")
                 for cut in _cut_points(length, s.chunks, gen)[:4]:
                     y_a, state = _forward(m, x[:, :cut], m.init_state(s.batch, x.device, x.dtype))
+                    before = [t.clone() for t in state_tensors(state)]
                     y_b, _ = _forward(m, x[:, cut:], state)
+                    _require_unchanged(state, before, f"layer {layer}: forward(x, state) after a prefill of {cut}")
                     worst.update(torch.cat([y_a, y_b], 1), full, where, f"prefill of {cut} tokens, then the rest")
     return _verdict("prefill", worst, s.tol, "prefill + continuation == one forward, cut at chunk boundaries")
 

@@ -177,6 +177,19 @@ class Mixer(nn.Module):
         return caps
 
 
+def state_tensors(state: Any) -> list[torch.Tensor]:
+    """Every tensor of a decode state (a pytree of tensors: dicts, lists, tuples, dataclasses), in a fixed order."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return [t for f in dataclasses.fields(state) for t in state_tensors(getattr(state, f.name))]
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in state_tensors(v)]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in state_tensors(v)]
+    return []
+
+
 def state_floats(state: Any) -> int:
     """Number of floats held by a decode state (a pytree of tensors)."""
     if state is None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -157,7 +159,15 @@ LOADED_PLUGINS: list[str] = []
 
 
 def load_plugins(modules: Iterable[str]) -> None:
-    """Import ``--plugin`` modules so that their ``register_*`` decorators run."""
+    """Import ``--plugin`` modules so that their ``register_*`` decorators run. A module in the working folder is
+    found as ``python -m`` would find it (a new user's ``my_mixer.py`` beside them needed ``PYTHONPATH=.``, since
+    the ``mixbench`` script does not put the working folder on the path); it is searched after the installed
+    packages, so a folder named like one of them cannot shadow it. Workers started in the same folder (process
+    pools, Ray, torchrun) repeat this."""
+    modules = list(modules)
+    cwd = os.getcwd()
+    if modules and cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
     for module in modules:
         if module not in LOADED_PLUGINS:
             LOADED_PLUGINS.append(module)

@@ -35,15 +35,11 @@ class AttentionConfig:
     n_kv_heads: int = option(0, min=0)  # 0 = n_heads (plain multi-head); fewer = grouped-query attention
     rope_theta: float = option(500_000.0, "RoPE base (LLaMA-3: 500000)", gt=0)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.n_heads, int) or self.n_heads < 1:
-            raise ConfigError(f"attention: n_heads must be a positive integer, got {self.n_heads!r}.")
-        if self.n_kv_heads < 0 or (self.n_kv_heads and self.n_heads % self.n_kv_heads):
+    def __post_init__(self) -> None:  # field limits are option()'s, checked by the parser (docs/values.md)
+        if self.n_kv_heads and self.n_heads % self.n_kv_heads:
             raise ConfigError(
                 f"attention: n_kv_heads must divide n_heads ({self.n_heads}), got {self.n_kv_heads}."
             )
-        if self.rope_theta <= 0:
-            raise ConfigError(f"attention: rope_theta must be positive, got {self.rope_theta}.")
 
 
 @dataclass

@@ -45,13 +45,6 @@ from mixers._routed_mixer import RoutedMixer
 INIT_STD = 0.02
 
 
-def _check_common(mixer: str, num_heads: int, conv_size: int) -> None:
-    if not isinstance(num_heads, int) or num_heads < 1:
-        raise ConfigError(f"{mixer}: num_heads must be a positive integer, got {num_heads!r}.")
-    if not isinstance(conv_size, int) or conv_size < 2:
-        raise ConfigError(f"{mixer}: conv_size must be an integer >= 2, got {conv_size!r}.")
-
-
 @dataclass(frozen=True)
 class DeltaNetConfig:
     """``fla.layers.DeltaNet`` options; the defaults are fla's (4 heads of d_model / 4 suit every preset)."""
@@ -64,11 +57,6 @@ class DeltaNetConfig:
     use_short_conv: bool = option(True, "short causal convs on q, k, v")
     conv_size: int = option(4, "width of those convs", min=2)
     allow_neg_eigval: bool = option(False, "beta in (0, 2): negative eigenvalues of the transition")
-
-    def __post_init__(self) -> None:
-        _check_common("deltanet", self.num_heads, self.conv_size)
-        if self.expand_k <= 0 or self.expand_v <= 0:
-            raise ConfigError("deltanet: expand_k and expand_v must be positive.")
 
 
 @dataclass(frozen=True)
@@ -84,15 +72,6 @@ class GatedDeltaNetConfig:
     use_short_conv: bool = option(True, "short causal convs on q, k, v")
     conv_size: int = option(4, "width of those convs", min=2)
     allow_neg_eigval: bool = option(False, "beta in (0, 2): negative eigenvalues of the transition")
-
-    def __post_init__(self) -> None:
-        _check_common("gated-deltanet", self.num_heads, self.conv_size)
-        if not isinstance(self.head_dim, int) or self.head_dim < 0:
-            raise ConfigError(
-                f"gated-deltanet: head_dim must be a positive integer or 0 for auto, got {self.head_dim!r}."
-            )
-        if self.expand_v <= 0:
-            raise ConfigError("gated-deltanet: expand_v must be positive.")
 
 
 class _LayerCache:

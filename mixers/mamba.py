@@ -49,12 +49,6 @@ from mixers.selective_scan_cpu import CHECKPOINT
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
 
 
-def _require_positive(mixer: str, **values: int) -> None:
-    for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{mixer}: {name} must be a positive integer, got {value!r}.")
-
-
 @dataclass(frozen=True)
 class MambaConfig:
     """``mamba_ssm.Mamba`` options; the defaults are the package's (they suit every preset width)."""
@@ -63,11 +57,6 @@ class MambaConfig:
     d_conv: int = option(4, "width of the causal conv before the SSM", min=1)
     expand: int = option(2, "inner width = expand * d_model", min=1)
     dt_rank: int = option(0, min=0)  # 0 = the package's "auto": ceil(d_model / 16)
-
-    def __post_init__(self) -> None:
-        _require_positive("mamba", d_state=self.d_state, d_conv=self.d_conv, expand=self.expand)
-        if not isinstance(self.dt_rank, int) or self.dt_rank < 0:
-            raise ConfigError(f"mamba: dt_rank must be a positive integer or 0 for auto, got {self.dt_rank!r}.")
 
 
 @dataclass(frozen=True)
@@ -84,12 +73,6 @@ class Mamba2Config:
     chunk_size: int = option(
         256, "the CUDA kernels' chunk; the torch path uses its own block (any gives the same result)", min=1
     )
-
-    def __post_init__(self) -> None:
-        _require_positive(
-            "mamba2", d_state=self.d_state, d_conv=self.d_conv, expand=self.expand, headdim=self.headdim,
-            ngroups=self.ngroups, chunk_size=self.chunk_size,
-        )
 
 
 class _MambaBase(RoutedMixer):

@@ -62,21 +62,6 @@ class ProtoTConfig:
     mass_floor: float = option(1e-6, "floor of a channel's mass in the running mean's division", gt=0)
     chunk_size: int = option(DEFAULT_CHUNK, "tokens per block of the chunked kernel (same result for any)", min=1)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.n_prototypes, int) or self.n_prototypes < 1:
-            raise ConfigError(f"protot: n_prototypes (R) must be a positive integer, got {self.n_prototypes!r}.")
-        if not 0.0 < self.beta_init < 1.0:
-            raise ConfigError(f"protot: beta_init must be in (0, 1), got {self.beta_init}.")
-        if self.tau_init <= 0 or self.shared_tau_init <= 0:
-            raise ConfigError("protot: temperatures must start positive.")
-        if self.shared_routing_layers < 0 or self.conv_layers < 0:
-            raise ConfigError("protot: shared_routing_layers and conv_layers must be >= 0.")
-        if self.conv_width < 1:
-            raise ConfigError(f"protot: conv_width must be >= 1, got {self.conv_width}.")
-        if self.mass_floor <= 0:
-            raise ConfigError(f"protot: mass_floor must be positive, got {self.mass_floor}.")
-        if self.chunk_size < 1:
-            raise ConfigError(f"protot: chunk_size must be >= 1, got {self.chunk_size}.")
 
 
 @register_mixer("protot", config=ProtoTConfig)

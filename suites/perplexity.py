@@ -58,10 +58,6 @@ class PerplexityConfig:
         unknown = [s for s in splits if s not in SPLIT_PREFIX]
         if unknown or not splits:
             raise ConfigError(f"perplexity: splits must be among {', '.join(SPLIT_PREFIX)}, got {list(splits)}.")
-        if self.context < 0 or self.batch_size < 1 or self.max_windows < 0 or self.bootstrap < 0:
-            raise ConfigError("perplexity: context, max_windows and bootstrap must be >= 0 and batch_size >= 1.")
-        if not 0.5 <= self.confidence < 1:
-            raise ConfigError(f"perplexity: confidence must be in [0.5, 1), got {self.confidence}.")
 
 
 @dataclass

@@ -144,7 +144,26 @@ class BareTensor(DecayedRecurrence):
 
 
 #: adversary -> the check that must catch it
+@register_mixer("_adv_inplace_state", config=DecayConfig)
+class InPlaceState(DecayedRecurrence):
+    """Updates the state it is given in place (and returns it): every output is right, so only a check that the
+    passed state is unchanged can catch it; a caller reusing a saved state (a timed round, a branch) gets garbage."""
+
+    def forward(self, x, state=None):
+        y, h = super().forward(x, state)
+        if state is not None:
+            state.copy_(h)
+            h = state
+        return y, h
+
+    def step(self, x_t, state):
+        y, h = super().step(x_t, state)
+        state.copy_(h)
+        return y, state
+
+
 EXPECTED = {
+    "_adv_inplace_state": "decode",
     "_adv_nan_step": "decode",
     "_adv_nan_forward": "determinism",
     "_adv_leak_past_40": "causality",

@@ -59,6 +59,9 @@ def test_each_adversary_fails_with_its_check_named(name):
         assert all(r.skipped for r in report.results[1:])  # nothing else is run on a broken contract
     if name == "_adv_wrong_width":
         assert "shape" in result.detail and "(must be equal)" in result.detail
+    if name == "_adv_inplace_state":  # its outputs are all right: decode and prefill fail on the state alone
+        assert "in place" in result.detail and "in place" in failed["prefill"].detail
+        assert {"causality", "determinism", "state_size"} <= {r.name for r in report.results if r.passed}
 
 
 def test_a_leak_only_past_40_tokens_hides_from_a_single_short_length():

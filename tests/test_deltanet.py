@@ -10,6 +10,7 @@ from harness import Recorder
 from harness.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
+from harness.values import build_config
 from mixers import _fla_routing, _routing, parity
 from mixers.deltanet import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetConfig, GatedDeltaNetMixer
 
@@ -184,7 +185,7 @@ def test_configs_validate_and_defaults_are_flas():
     assert DeltaNetConfig().num_heads == 4 and DeltaNetConfig().expand_v == 1.0
     assert GatedDeltaNetConfig().num_heads == 6 and GatedDeltaNetConfig().expand_v == 2.0
     with pytest.raises(ConfigError, match="num_heads"):
-        DeltaNetConfig(num_heads=0)
+        build_config(DeltaNetConfig, {"num_heads": 0}, "deltanet")  # limits are the parser's
     with pytest.raises(ConfigError, match="divisible by num_heads"):
         DeltaNetMixer(DeltaNetConfig(num_heads=5), 32, 0, 1)
     with pytest.raises(ConfigError, match="set head_dim"):

@@ -15,6 +15,7 @@ from harness import Recorder
 from harness.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
+from harness.values import build_config
 from mixers import _mamba_routing, parity
 from mixers.mamba import Mamba2Config, Mamba2Mixer, MambaConfig, MambaMixer
 from mixers.selective_scan_cpu import selective_scan_cpu
@@ -241,7 +242,7 @@ def test_configs_validate_and_defaults_are_the_packages():
     assert MambaConfig() == MambaConfig(d_state=16, d_conv=4, expand=2, dt_rank=0)
     assert Mamba2Config().d_state == 128 and Mamba2Config().headdim == 64
     with pytest.raises(ConfigError, match="d_state"):
-        MambaConfig(d_state=0)
+        build_config(MambaConfig, {"d_state": 0}, "mamba")  # limits are the parser's
     with pytest.raises(ConfigError, match="multiple of headdim"):
         Mamba2Mixer(Mamba2Config(headdim=48), 64, 0, 1)
     layer = make("mamba")

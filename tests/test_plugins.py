@@ -101,6 +101,18 @@ def test_out_of_tree_mixer_trains_and_scores(how, tmp_path):
     assert rows[0]["gate"] == "passed"
 
 
+def test_plugin_beside_the_user_is_found_without_pythonpath(tmp_path):
+    """A new user's module in the working folder is found by the ``mixbench`` script itself (which, unlike
+    ``python -m``, does not put the working folder on the path): no PYTHONPATH=. needed."""
+    write_package(tmp_path, "mymix", "shift-here", entry_point=False)
+    script = Path(sys.executable).with_name("mixbench")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([str(script), "mixers", "--plugin", "mymix.shift"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "shift-here" in result.stdout
+
+
 def test_plugin_that_is_missing_fails_clearly(tmp_path):
     result = mixbench(["mixers", "--plugin", "no_such_pkg.mod"], tmp_path, tmp_path)
     assert result.returncode == 2

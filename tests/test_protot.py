@@ -9,6 +9,7 @@ import torch
 
 from harness import Recorder
 from harness.errors import ConfigError
+from harness.values import build_config
 from mixers.protot import ProtoT, ProtoTConfig
 from mixers.protot_kernels import prefix_mean_chunked, prefix_mean_recurrent
 
@@ -214,9 +215,9 @@ def test_reinit_is_seeded_and_restored():
 
 def test_bad_configs_fail_clearly():
     with pytest.raises(ConfigError, match="n_prototypes"):
-        ProtoTConfig(n_prototypes=0)
+        build_config(ProtoTConfig, {"n_prototypes": 0}, "protot")  # limits are the parser's
     with pytest.raises(ConfigError, match="beta_init"):
-        ProtoTConfig(beta_init=1.0)
+        build_config(ProtoTConfig, {"beta_init": 1.0}, "protot")
     with pytest.raises(ConfigError, match="even"):
         ProtoT(ProtoTConfig(), 15, 0, 1)
     layer = make_layer(2)
