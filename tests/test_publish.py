@@ -30,10 +30,11 @@ import pytest
 from harness.cli import main
 from harness.errors import MixbenchError
 from harness.provenance import provenance
-from harness.publish import CSP, MARKER, publish_site, script_json
+from harness.publish import MARKER, publish_site
 from harness.render import validate_board_document
 from harness.results import ResultsStore
-from harness.suite import Metric, SuiteResult
+from harness.site_html import CSP, script_json
+from harness.suite import SuiteResult
 from tests.planted import manifest, put, score, subject
 
 ALERT = "<script>alert(1)</script>"
@@ -49,11 +50,15 @@ ARTIFACTS = Path(os.environ.get("MIXBENCH_TEST_ARTIFACTS", Path(__file__).resolv
 
 
 def _write(store, mixer, suite, metrics, seed=0, plots=(), samples=(), provenance_=None, suite_info=None,
-           headline=(), **subject_fields):
-    s = subject(mixer, seed=seed, **{"parameters": PARAMS.get(mixer), "train_tokens_per_s": SPEEDS.get(mixer, 100.0),
-                                     "loss_curve": [{"step": 1, "loss": 7.0}, {"step": 2, "loss": 6.0, "val_loss": 6.2}],
+           headline=(), config=None, source="default", **subject_fields):
+    s = subject(mixer, seed=seed, **{"parameters": PARAMS.get(mixer),
+                                     "train_tokens_per_s": SPEEDS.get(mixer, 100.0) / 10 + RAW_DECIMALS,
+                                     "train_flops": 46883930112.0,
+                                     "loss_curve": [{"step": 1, "loss": 7.0},
+                                                    {"step": 2, "loss": 6.0, "val_loss": 6.2}],
                                      **subject_fields})
-    m = manifest(suite, s, headline=headline, provenance=provenance_ or provenance(), suite_info=suite_info or {})
+    m = manifest(suite, s, config=config, source=source, headline=headline,
+                 provenance=provenance_ or provenance(), suite_info=suite_info or {}, timings={"eval_s": 1.234567891})
     return put(store, m, metrics, list(samples)) if not plots else _put_with_plots(store, m, metrics, plots, samples)
 
 
@@ -78,6 +83,12 @@ def _png(path: Path, label: str) -> Path:
 
 
 SPEEDS = {"protot": 9000.0, "attention": 4000.0, "mamba": 7000.0, "deltanet": 8000.0}
+#: what a measured number looks like before it is formatted (908.8598290814433 tokens/s): no page may show it raw
+RAW_DECIMALS = 0.8598290814433
+#: more GLUE tasks than fit beside the other suites at 1280 px: the board must scroll inside its container
+GLUE_TASKS = ("sst2", "cola", "mnli-mismatched", "qnli", "standin-sentiment")
+#: an ad-hoc (override) suite config: its column carries the config in its name
+ROBUST_CONFIG = {"pairs_per_slice": 6, "samples_per_slice": 2, "slices": "typo,case,punctuation"}
 
 
 @pytest.fixture(scope="module")
@@ -85,30 +96,35 @@ def store(tmp_path_factory) -> ResultsStore:
     root = tmp_path_factory.mktemp("store")
     scratch = tmp_path_factory.mktemp("plots")
     store = ResultsStore(root)
-    prov = provenance()
+    # provenance as a user's machine may record it: absolute paths of the checkout, the working folder, the store
+    prov = {**provenance(), "code": str(Path.home() / "src" / "mixbench"), "cwd": str(Path.home()),
+            "results": str(root.resolve())}
     ppl = {"protot": 30.0, "attention": 28.0, "mamba": 31.0, "deltanet": 29.0}
     for mixer in MIXERS:
         for seed in ((0, 1) if mixer == "protot" else (0,)):
             prov_seed = prov if seed == 0 else {**prov, "packages": {**prov["packages"], "torch": "9.9.9"}}
             _write(store, mixer, "perplexity", [score("ppl", ppl[mixer] + seed, False, 1.0, unit="perplexity")],
-                   seed=seed, headline=("ppl",), provenance_=prov_seed)
+                   seed=seed, headline=("ppl",), provenance_=prov_seed,
+                   checkpoint=str(root / "checkpoints" / f"{mixer}-{seed}"))
         svg = scratch / f"{mixer}.svg"
         svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="60" height="20"><script>parent.document.title='
                        '"pwned"</script><rect width="60" height="20" fill="#39c"/></svg>')
-        _write(store, mixer, "throughput", [score("prefill_tok_s", SPEEDS[mixer], True, SPEEDS[mixer] * 0.1,
-                                                   role="speed", unit="tokens/s")],
-               plots=[_png(scratch / "time_vs_length.png", mixer), svg], headline=("prefill_tok_s",))
+        _write(store, mixer, "throughput", [score("prefill_tok_s", SPEEDS[mixer] + RAW_DECIMALS, True,
+                                                   SPEEDS[mixer] * 0.1 + RAW_DECIMALS, role="speed", unit="tokens/s")],
+               plots=[_png(scratch / "time_vs_length.png", mixer), svg], headline=("prefill_tok_s",),
+               provenance_=prov)
     _write(store, EVIL_MIXER, "perplexity", [score("ppl", 40.0, False, 1.0)], headline=("ppl",))
     for mixer, acc in {"protot": 80.0, "attention": 85.0, "mamba": 60.0}.items():
-        _write(store, mixer, "glue", [score("sst2/acc", acc, True, 5.0, chance=50.0, perfect=100.0, unit="x100"),
-                                      score("sst2/majority_acc", 50.0, True, role="baseline", unit="x100")],
-               headline=("sst2/acc",))
+        tasks = [score(f"{task}/acc", acc - 3 * i + RAW_DECIMALS, True, 5.0, chance=50.0, perfect=100.0, unit="x100")
+                 for i, task in enumerate(GLUE_TASKS)]
+        _write(store, mixer, "glue", [*tasks, score("sst2/majority_acc", 50.0, True, role="baseline", unit="x100")],
+               headline=("*/acc",))
     robust = [{"slice": "typo", "kind": "robustness", "id": "p1", "original": "The quick brown fox.",
                "perturbed": f"The quikc brown fox {ALERT}", "edits": [{"start": 4, "old": "quick", "new": "quikc"}],
                "jsd_final": 0.0123, "top1": 1.0, "spearman": 0.9, "dppl": 0.01}]
     info = {"pairs": {"duplicates": {"per_slice": {"typo": {"lines": 10, "unique": 4, "duplicate_rate": 0.6}}}}}
     _write(store, "protot", "robustness", [score("jsd_final/mean", 0.0123, False, 0.001, unit="bits")],
-           samples=robust, suite_info=info, headline=("jsd_final/mean",))
+           samples=robust, suite_info=info, headline=("jsd_final/mean",), config=ROBUST_CONFIG, source="override")
     # a unit-card page in the shape suites/interpretability/cards.py writes, plus a script it must never run
     cards = scratch / "unit_cards.html"
     cards.write_text(
@@ -164,7 +180,8 @@ def test_site_layout_downloads_legend_and_provenance(site, store):
     index = (site / "index.html").read_text()
     for mark in ("What the marks mean", "tie groups", "Pareto", "unreliable", "gate"):
         assert mark in index, mark
-    assert "Quality vs speed" in index and "Red: on the Pareto front" in index
+    assert "Quality against measured speed" in index and "Red: on the Pareto front" in index
+    assert "throughput/prefill_tok_s (interleaved, higher = faster)" in index
 
     # provenance per row: protot's two perplexity runs differ in torch's version, and the row page says so
     protot_row = next(p for p in (site / "rows").glob("protot-*.html") if p.suffix == ".html")
@@ -388,6 +405,153 @@ def test_site_in_headless_chromium(site, tmp_path):
             assert rgb.getpixel((5, 5)) == (0x23, 0x39, 0x5D)  # the header's colour: the stylesheet loaded
             assert len(rgb.getcolors(1 << 20) or []) > 50  # text and a table were drawn, not a blank page
         print(f"screenshot: {shot}")
+
+
+#: measures the page after it has loaded and writes what it found into the page as JSON (read back from the DOM
+#: Chromium dumps): the page's own width against the window's, and for every table whether it sits in a scrolling
+#: container and whether its last header can be scrolled into view there
+PROBE = """"use strict";
+window.addEventListener("load", function () {
+  var de = document.documentElement, out = {scrollWidth: de.scrollWidth, innerWidth: window.innerWidth,
+    clientWidth: de.clientWidth, tables: [], outside: []};
+  Array.prototype.forEach.call(document.querySelectorAll("body *"), function (el) {
+    var r = el.getBoundingClientRect();
+    if (r.right > window.innerWidth + 1 && !el.closest(".scroll") && out.outside.length < 10) {
+      out.outside.push(el.tagName + "." + el.className);
+    }
+  });
+  Array.prototype.forEach.call(document.querySelectorAll("table"), function (t) {
+    var box = t.parentElement, heads = (t.tHead || t).rows[0].cells, last = heads[heads.length - 1];
+    box.scrollLeft = box.scrollWidth;
+    var b = box.getBoundingClientRect(), h = last.getBoundingClientRect();
+    out.tables.push({id: t.id, cls: t.className, box: box.className, overflowX: getComputedStyle(box).overflowX,
+      scrollWidth: box.scrollWidth, clientWidth: box.clientWidth, scrolled: box.scrollLeft,
+      lastLeft: h.left - b.left, lastRight: h.right - b.right, last: last.getAttribute("data-key")});
+    box.scrollLeft = 0;
+  });
+  out.text = document.body.innerText;
+  var pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+"""
+
+
+def _layout(site: Path, page: Path, width: int, profile: Path) -> dict:
+    """The probe's findings for ``page`` (a page of ``site``, a copy the probe may be added to) at ``width`` px."""
+    depth = len(page.relative_to(site).parts) - 1
+    (site / "assets" / "probe.js").write_text(PROBE)
+    text = page.read_text()
+    if "probe.js" not in text:  # loaded from the site's own folder, so the page's CSP (script-src 'self') allows it
+        page.write_text(text.replace("</body>", f'<script src="{"../" * depth}assets/probe.js"></script></body>'))
+    dump = _browse(page.as_uri(), profile, "--dump-dom", f"--window-size={width},900", "--hide-scrollbars").stdout
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dump, re.DOTALL)
+    assert found, f"the probe did not run on {page.name}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+#: a float printed as Python repr's it (908.8598290814433): six or more significant decimals
+RAW_FLOAT = re.compile(r"\d+\.0*[1-9]\d{5,}")
+
+
+def test_pages_fit_the_window_and_every_column_is_reachable(site, tmp_path):
+    """At 1280 and 1920 px the page itself never scrolls sideways; a board or provenance table wider than the
+    window scrolls in its own container, and its last column can be scrolled into view there."""
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    pages = {
+        "index": copy / "index.html",
+        "suite": next((copy / "suites").glob("glue-*.html")),
+        "suite with a section": next((copy / "suites").glob("robustness-*.html")),
+        "model": next((copy / "rows").glob("protot-*.html")),
+    }
+    last_column = json.loads((site / "board.json").read_text())["columns"][-1]["name"]
+    wide_board = False
+    for width in (1280, 1920):
+        for name, page in pages.items():
+            found = _layout(copy, page, width, tmp_path / "profile")
+            where = f"{name} at {width} px"
+            assert found["innerWidth"] == width, where
+            assert found["scrollWidth"] <= found["innerWidth"], (where, found["scrollWidth"], found["outside"])
+            assert not found["outside"], (where, found["outside"])  # nothing sticks out of the page but in a scroller
+            tables = found["tables"]
+            assert tables, where
+            for t in tables:
+                assert "scroll" in t["box"].split() and t["overflowX"] == "auto", (where, t)
+                # scrolled to the end, the last header lies inside its container's visible part
+                assert t["lastLeft"] >= -1 and t["lastRight"] <= 1, (where, t)
+            if name == "index":
+                board = next(t for t in tables if t["id"] == "board")
+                assert board["last"] == last_column  # the full board's last column, reached by scrolling
+                wide_board |= board["scrollWidth"] > board["clientWidth"] and board["scrolled"] > 0
+            elif name == "model":
+                assert any("prov" in t["cls"].split() for t in tables), where
+                assert not RAW_FLOAT.search(found["text"]) and not re.search(r"\d+\.\d{6,}", found["text"]), where
+                assert "46.88 GFLOP" in found["text"] and f"{SPEEDS['protot'] / 10 + RAW_DECIMALS:.1f}" in found["text"]
+            assert not RAW_FLOAT.search(found["text"]), (where, RAW_FLOAT.search(found["text"]).group(0))
+    assert wide_board  # the fixture's board is wider than 1280 px: the check above did scroll it
+
+
+def test_numbers_are_formatted_on_every_page(site):
+    """No page prints a float as Python stores it: run pages (metrics, intervals, timings) and model pages
+    (parameters, FLOPs, tokens/s) included. Only the run's manifest, shown as stored, keeps every digit."""
+    for page in site.rglob("*.html"):
+        if "plots" in page.parts:
+            continue
+        text = re.sub(r"<details><summary>show</summary>.*?</details>", "", page.read_text(), flags=re.DOTALL)
+        text = re.sub(r'<script type="application/json".*?</script>|data-sort="[^"]*"', "", text, flags=re.DOTALL)
+        assert not RAW_FLOAT.search(text), (page.name, RAW_FLOAT.search(text).group(0))
+    protot_row = next((site / "rows").glob("protot-*.html")).read_text()
+    assert "2,000 (2k)" in protot_row and "46.88 GFLOP" in protot_row and "900.9" in protot_row
+    throughput_run = next(p for p in (site / "runs").glob("*.html") if "prefill_tok_s" in p.read_text()).read_text()
+    assert re.search(r"<td[^>]*>\d,\d{3}</td>", throughput_run)  # 9,001 tokens/s, not 9000.8598290814433
+    assert "eval 1.23 s" in throughput_run
+
+
+def test_no_local_paths_on_the_site(site, store):
+    """The site is published for others: neither the store's folder nor the home directory (both in the fixture's
+    provenance and checkpoint paths) appears in any page or download; the store is named by its folder's name."""
+    local = [str(store.local_path), str(store.local_path.resolve()), str(Path.home())]
+    checked = 0
+    for path in [*site.rglob("*.html"), *site.rglob("*.json"), *site.rglob("*.csv"), *site.rglob("*.md"),
+                 site / MARKER]:
+        text = path.read_text()
+        for folder in local:
+            assert folder not in text, (path.relative_to(site), folder)
+        checked += 1
+    assert checked > 20
+    assert f"<code>{store.local_path.name}</code>" in (site / "index.html").read_text()
+    run = json.loads(next(p for p in (site / "runs").glob("*.json") if "checkpoints" in p.read_text()).read_text())
+    assert run["provenance"]["cwd"] == "~" and run["provenance"]["code"] == "~/src/mixbench"
+    assert run["provenance"]["results"] == store.local_path.name
+    assert run["subject"]["checkpoint"].startswith(f"{store.local_path.name}/checkpoints/")
+
+
+def test_headers_are_short_and_the_legend_says_each_thing_once(site):
+    index = (site / "index.html").read_text()
+    name = "robustness[pairs_per_slice=6, samples_per_slice=2, slices=typo,case,punctuation]/jsd_final/mean"
+    th = re.search(rf'<th data-key="{re.escape(html.escape(name))}"[^>]*>(.*?)</th>', index).group(0)
+    assert f'title="{html.escape(name)} (lower is better; unit: bits; config: ' in th
+    shown = re.sub(r"<[^>]+>", "", th.split(">", 1)[1])
+    assert "jsd_final/mean ↓" in shown and "slices=typo" not in shown and len(shown) < 50
+    assert f"<code>{html.escape(name)}</code>" in index  # the column list gives the full name
+    shown = re.sub(r"<[^>]+>", "", re.sub(r"<script.*?</script>", "", index, flags=re.DOTALL))  # the page's text
+    for said_once in ("Borda rank within the preset", "tie groups of a voting column", "the point estimate lies",
+                      "conformance gate", "deltanet / tiny is not ranked: it lacks glue"):
+        assert shown.count(html.escape(said_once)) == 1, said_once
+    assert "<h2>Notes</h2>" not in index
+    assert "floats of decode state per sequence" in index  # the board's own notes are in the one list
+
+
+def test_without_a_speed_column_there_is_no_pareto_view(tmp_path):
+    store = ResultsStore(tmp_path / "store")
+    for mixer, ppl in (("protot", 30.0), ("attention", 28.0)):
+        _write(store, mixer, "perplexity", [score("ppl", ppl, False, 1.0)], headline=("ppl",))
+    out = publish_site(store, tmp_path / "site")
+    index = (out / "index.html").read_text()
+    assert not (out / "pareto.png").exists() and "pareto.png" not in index and "◆ Pareto" not in index
+    assert "No Pareto view: this board has no interleaved speed measurement" in index
 
 
 def test_publish_from_an_fsspec_store(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from fake_judge import FakeJudge
 from harness.cli import main
-from harness.publish import CSP
+from harness.site_html import CSP
 from harness.render import validate_board_document
 
 PLAN = """\
