@@ -335,11 +335,18 @@ def _suite_columns(rows: list[Row], suite: str, config: str, label: str, all_met
         column = Column(suite, name, metric.role, metric.higher_is_better, metric.unit, label,
                         _is_headline(name, headline))
         out.append((column, {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric[name].items()}))
-    return out
+    # the suite's headline order, then the rest as they appear: the first column is the suite's first headline
+    # (the compact view's column, the Pareto view's speed), whatever order the suite emits its metrics in
+    return sorted(out, key=lambda item: _headline_rank(item[0].metric, headline))
 
 
 def _is_headline(name: str, headline: tuple[str, ...]) -> bool:
     return not headline or any(fnmatch(name, pattern) for pattern in headline)
+
+
+def _headline_rank(name: str, headline: tuple[str, ...]) -> int:
+    """The index of the first headline pattern ``name`` matches; past the last for a metric that is not one."""
+    return next((i for i, pattern in enumerate(headline) if fnmatch(name, pattern)), len(headline))
 
 
 def seed_cell(metrics: list[Metric]) -> Cell:

@@ -318,3 +318,16 @@ def test_pareto_speed_is_a_measured_ratio_never_training_tokens_per_s(tmp_path):
     # b is slower than a and worse: dominated; c trades speed for quality. With the ratio read as "higher is
     # better" c would dominate everything.
     assert {m: board.pareto[rows[m].key] for m in quality} == {"a": True, "b": False, "c": True}
+
+
+def test_a_suites_first_column_is_its_first_headline_whatever_order_it_emits_metrics_in(tmp_path):
+    """The throughput suite emits its headline train_vs_floor last; the compact view showed prefill_exponent, the
+    first headline metric it emitted, instead."""
+    store = ResultsStore(tmp_path)
+    for mixer in ("a", "b"):
+        put(store, manifest("T", subject(mixer), headline=("first", "second_*")),
+            [score("other", 1.0), score("second_x", 2.0), score("first", 3.0, role="speed")])
+    board = board_of(store, all_metrics=True)
+    assert [c.metric for c in board.table.columns] == ["first", "second_x", "other"]
+    assert "T/first" in render(board, "md") and "T/second_x" not in render(board, "md").split("\n\n")[0]
+    assert board.speed_name == "T/first"
