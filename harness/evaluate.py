@@ -25,7 +25,7 @@ from harness.manifest import GateRecord, RunManifest, Subject, diff_from
 from harness.provenance import device_descriptor, provenance
 from harness.registry import MIXERS, SUITES, Entry
 from harness.results import ResultsStore
-from harness.suite import SuiteContext, SuiteResult
+from harness.suite import AggregateRun, SuiteContext, SuiteResult
 
 
 @dataclass
@@ -84,13 +84,16 @@ def evaluate(
     mixer_config: dict[str, Any] | None = None,
     preset: str = "tiny",
     gate: GateRecord | None = None,
+    loaded: tuple[Any, Checkpoint] | None = None,
 ) -> EvalOutcome:
     """Score ``checkpoint`` with ``suite``; every input is validated, and the gate passed, before any work.
 
     A mixer-scoped suite may instead take ``mixer`` (+ ``mixer_config``): it trains its own small models, and
     the gate checks the mixer at ``preset``'s backbone. With ``aggregate``, the suite's cross-run step
     (:meth:`Suite.aggregate`) follows, also when the run was already in the store; a grid passes False and
-    aggregates once at its end. ``gate`` is a verdict the caller already holds (a grid gates in its driver).
+    aggregates once at its end. ``gate`` is a verdict the caller already holds (a grid gates in its driver);
+    ``loaded`` the ``(model, checkpoint)`` of ``checkpoint`` already loaded (a grid job loads it once for all its
+    suites): it is put back in eval mode with no gradients and the kernel asked for before the suite sees it.
     """
     entry = SUITES.get(suite)
     cfg = entry.make_config(suite_overrides)
@@ -104,7 +107,8 @@ def evaluate(
             )
         return _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config or {}, preset, store, device,
                                force, progress, work_dir, aggregate, skip_gate, gate)
-    model, ckpt = load_model(checkpoint, device)
+    model, ckpt = loaded if loaded is not None else load_model(checkpoint, device)
+    model.eval().zero_grad(set_to_none=True)  # a suite before this one may have trained or back-propagated
     if kernel is not None:
         model.set_kernel(kernel)
     if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
@@ -126,7 +130,7 @@ def evaluate(
     identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
     if store.has_run(identity.id) and not force:
         if aggregate:
-            suite_obj.aggregate(store, progress)
+            write_aggregate(store, suite_obj, progress)
         return EvalOutcome(identity.id, suite, True, 0.0)
     suite_obj.validate(model)
     store.ensure_writable()
@@ -142,7 +146,7 @@ def evaluate(
         )
         store.write_run(identity.id, manifest, result, force=force)
     if aggregate:
-        suite_obj.aggregate(store, progress)
+        write_aggregate(store, suite_obj, progress)
     return EvalOutcome(identity.id, suite, False, seconds)
 
 
@@ -166,8 +170,23 @@ def _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config, preset, 
                                   result, timings={"eval_s": round(seconds, 3)})
         store.write_run(identity.id, manifest, result, force=force)
     if aggregate:
-        suite_obj.aggregate(store, progress)
+        write_aggregate(store, suite_obj, progress)
     return EvalOutcome(identity.id, entry.name, False, seconds)
+
+
+def write_aggregate(store: ResultsStore, suite_obj: Any, progress: bool) -> list[str]:
+    """Run ``suite_obj``'s cross-run step and write the runs it returns: with :func:`evaluate`, the only place
+    runs reach the store (suites read it and return typed results). Returns the ids written."""
+    return store_runs(store, suite_obj.aggregate(store, progress))
+
+
+def store_runs(store: ResultsStore, runs: list[AggregateRun]) -> list[str]:
+    """Write runs a suite made outside :func:`evaluate` (its cross-run step, or its own command)."""
+    if runs:
+        store.ensure_writable()
+    for run in runs:
+        store.write_run(run.run_id, run.manifest, run.result, force=run.replace or store.has_run(run.run_id))
+    return [run.run_id for run in runs]
 
 
 # ---------------------------------------------------------------------------------------------- manifests

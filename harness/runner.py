@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config import DataConfig, RunSpec, content_hash
 from harness.errors import ConfigError, MixbenchError
-from harness.evaluate import evaluate
+from harness.evaluate import evaluate, write_aggregate
 from harness.gate import GateFailed, require_gate
-from harness.checkpoint import final_weights_hash
+from harness.checkpoint import final_weights_hash, load_model
 from harness.identity import mixer_identity, model_identity, trained_identity
 from harness.manifest import GateRecord
 from harness.memory import check_training
@@ -355,13 +355,22 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
         resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
         label += f" ({result.tokens_per_s:,.0f} tokens/s, final loss {result.final_loss:.3f}{resumed})"
     outcome.phases.append((label, time.perf_counter() - t0))
+    loaded = None  # the trained model, loaded (and its identity verified) once for all of the job's suites
     for suite in job.suites:
         t0 = time.perf_counter()
+        expected = job.expected.get(suite)
+        if expected is not None and not job.force and store.has_run(expected):  # nothing to load for it
+            outcome.runs[suite] = expected
+            outcome.phases.append((f"eval {suite} on {spec.model.mixer} seed {spec.train.seed} (already in the store)",
+                                   time.perf_counter() - t0))
+            continue
         try:  # one suite's failure (a bug in it, or a mixer it cannot score) must not cost the model's others
+            if loaded is None:
+                loaded = load_model(out, job.device)
             ev = evaluate(
                 out, suite, store, job.suite_overrides.get(suite), device=job.device, kernel=job.kernel,
                 force=job.force, progress=job.progress, corpus=corpus, aggregate=False, skip_gate=job.skip_gate,
-                grid=True, gate=job.gate,
+                grid=True, gate=job.gate, loaded=loaded,
             )
         except Exception as exc:  # noqa: BLE001 - recorded with its traceback, reported by the grid
             outcome.failures.append(JobFailure(f"{job.label} / {suite}", failure_text(exc)))
@@ -451,7 +460,7 @@ def run_requests(
         entry = SUITES.get(suite)
         if entry.cls.aggregate is not Suite.aggregate:
             t0 = time.perf_counter()
-            entry.cls(entry.make_config(overrides)).aggregate(store, progress)
+            write_aggregate(store, entry.cls(entry.make_config(overrides)), progress)
             report.add(f"aggregate {suite}", time.perf_counter() - t0)
     report.wall_s = time.perf_counter() - wall0
     return report

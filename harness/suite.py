@@ -26,6 +26,7 @@ from harness.stats import Interval
 if TYPE_CHECKING:  # pragma: no cover
     from harness.backbone import MixerLM
     from harness.data import Corpus
+    from harness.manifest import RunManifest
     from harness.results import ResultsStore, RunRecord
 
 #: what a metric is for on the board: ``score`` votes in ranks and tie groups; ``baseline`` is a floor or
@@ -187,6 +188,18 @@ class SuiteResult:
     info: dict[str, Any] = field(default_factory=dict)  # suite-specific provenance (windows, splits, settings)
 
 
+@dataclass(frozen=True)
+class AggregateRun:
+    """A run a suite's cross-run step (:meth:`Suite.aggregate`) made, for the core to write: suites never write to
+    the store themselves (one write path, :func:`harness.evaluate.write_aggregate`). ``replace``: overwrite a run
+    already in the store (a rating recomputed from a pool that changed)."""
+
+    run_id: str
+    manifest: "RunManifest"
+    result: SuiteResult
+    replace: bool = False
+
+
 @dataclass
 class SuiteContext:
     """What a suite gets besides the model: the corpus/tokenizer it was trained with and a work folder.
@@ -271,9 +284,11 @@ class Suite:
         """For ``scope = "mixer"`` suites: train and score the suite's own models of ``mixer``."""
         raise NotImplementedError
 
-    def aggregate(self, store: "ResultsStore", progress: bool) -> None:
+    def aggregate(self, store: "ResultsStore", progress: bool) -> list[AggregateRun]:
         """Work across runs once this suite's runs are in ``store`` (the judge rates all mixers' generations
-        together); called after ``evaluate`` and once at the end of a grid. Default: nothing."""
+        together); called after ``evaluate`` and once at the end of a grid. It reads the store and returns the
+        runs it made, which the core writes (:func:`harness.evaluate.write_aggregate`). Default: nothing."""
+        return []
 
     @classmethod
     def site_section(cls, runs: "list[RunRecord]", kit: SiteKit) -> str:

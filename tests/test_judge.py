@@ -19,6 +19,7 @@ from harness import stats
 from harness.cli import main
 from harness.config import content_hash
 from harness.errors import ConfigError, MixbenchError
+from harness.evaluate import store_runs
 from harness.config import to_dict
 from harness.manifest import GateRecord, RunManifest, Subject
 from harness.table import build_table
@@ -33,8 +34,15 @@ from suites.judge.protocol import Outcome, count, make_comparisons, order_coin
 from suites.judge.ratings import ELO_SCALE, fit_bradley_terry as fit_bt, length_covariate, win_matrix
 from suites.judge.verdicts import presentation_score, verdict_probabilities
 
-# ------------------------------------------------------------------------------------ independent references
 
+def rate_and_store(store: ResultsStore, cfg, **kwargs):
+    """judge_runs, then what the core does with the rating runs it returns (the suite only reads the store)."""
+    result = judge_runs(store, cfg, **kwargs)
+    store_runs(store, result.runs)
+    return result
+
+
+# ------------------------------------------------------------------------------------ independent references
 
 def mm_bradley_terry(n: int, table: list[tuple[int, int, float]], prior_ties: float) -> np.ndarray:
     """Hunter's (2004) MM iteration for Bradley–Terry strengths with fractional wins (a soft outcome s is s of a
@@ -435,7 +443,7 @@ def test_arena_reproduces_the_verdict_table_ratings_exactly(tmp_path):
     store = ResultsStore(tmp_path / "results")
     write_generations(store)
     with FakeJudge(table_judge) as judge:
-        result = judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        result = rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
         comparisons = 6 * len(PROMPTS)
         assert judge.chat_requests == 1 + 2 * comparisons + 2 * len(CANARIES)  # one request finds the verdict mode
         assert {b["temperature"] for b in judge.bodies} == {0.0} and all(b["logprobs"] for b in judge.bodies)
@@ -469,7 +477,7 @@ def test_a_judge_that_prefers_the_better_text_by_a_known_margin_recovers_the_kno
     store = ResultsStore(tmp_path / "results")
     write_generations(store)
     with FakeJudge(margin_judge(offset=0.25)) as judge:
-        result = judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        result = rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
     assert result.session.mode.mode == "probabilities"
     # the offset cancels: the ratings are the by-hand fit of soft outcomes (1 + margin) / 2, no offset anywhere
     want = by_hand_elo(lambda p, x, y: (1 + margin(output(x, p), output(y, p))) / 2)
@@ -494,7 +502,7 @@ def test_a_judge_with_a_pure_position_bias_yields_zero_preference_and_tied_ratin
     store = ResultsStore(tmp_path / "results")
     write_generations(store, mixers=("alpha", "beta", "gamma"))
     with FakeJudge(lambda p, a, b: probabilities(0.7, 0.3)) as judge:
-        judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
     for mixer, values in ratings(store).items():
         assert values["elo"] == pytest.approx(1000, abs=1e-9) and values["win_rate"] == pytest.approx(0.5)
         assert values["position_bias"] == 1.0 and values["swap_consistency"] == 0.0
@@ -507,7 +515,7 @@ def test_text_verdicts_of_a_judge_that_always_says_a_are_ties(tmp_path):
     store = ResultsStore(tmp_path / "results")
     write_generations(store, mixers=("alpha", "beta", "gamma"))
     with FakeJudge(lambda p, a, b: "Verdict: A") as judge:
-        judge_runs(store, arena_cfg(judge, tmp_path, bootstrap=0, verdict_mode="text"), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path, bootstrap=0, verdict_mode="text"), progress=False)
         assert not any(b.get("logprobs") for b in judge.bodies)  # text mode never asks for probabilities
     for mixer, values in ratings(store).items():
         assert values["position_bias"] == 1.0 and values["swap_consistency"] == 0.0
@@ -521,7 +529,7 @@ def test_a_server_without_log_probabilities_falls_back_to_text_and_records_it(tm
     store = ResultsStore(tmp_path / "results")
     write_generations(store, mixers=("alpha", "beta"))
     with FakeJudge(table_judge, logprobs=behaviour) as judge:
-        result = judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        result = rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
         probe = 2 if behaviour == "refused" else 1  # a refusal is confirmed by the same request without them
         assert judge.chat_requests == probe + 2 * len(PROMPTS) + 2 * len(CANARIES)
         assert all(not b.get("logprobs") for b in judge.bodies[probe:])
@@ -533,10 +541,10 @@ def test_a_server_without_log_probabilities_falls_back_to_text_and_records_it(tm
         assert ratings(store)["alpha"]["canary_agreement"] == 1.0
         # the mode is remembered: a rerun computes its keys without asking anything
         before = judge.chat_requests
-        assert judge_runs(store, arena_cfg(judge, tmp_path), progress=False).pools[0].status == "up to date"
+        assert rate_and_store(store, arena_cfg(judge, tmp_path), progress=False).pools[0].status == "up to date"
         assert judge.chat_requests == before
         with pytest.raises(MixbenchError, match="no probability verdicts"):
-            judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="probabilities"), progress=False)
+            rate_and_store(store, arena_cfg(judge, tmp_path, verdict_mode="probabilities"), progress=False)
 
 
 def test_the_canary_gate_marks_a_chance_level_judge_unreliable_and_passes_a_good_one(tmp_path):
@@ -544,7 +552,7 @@ def test_the_canary_gate_marks_a_chance_level_judge_unreliable_and_passes_a_good
         store = ResultsStore(tmp_path / name)
         write_generations(store, mixers=("alpha", "beta"))
         with FakeJudge(decide) as judge:
-            result = judge_runs(store, arena_cfg(judge, tmp_path, cache=str(tmp_path / f"{name}.sqlite")),
+            result = rate_and_store(store, arena_cfg(judge, tmp_path, cache=str(tmp_path / f"{name}.sqlite")),
                                 progress=False)
         c = result.session.canaries
         # by hand: the share of canaries whose order-averaged preference favours the good side, and its Wilson
@@ -568,23 +576,23 @@ def test_rerun_makes_zero_judge_calls_and_the_verdict_mode_is_part_of_the_key(tm
     store = ResultsStore(tmp_path / "results")
     write_generations(store)
     with FakeJudge(table_judge) as judge:
-        judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
         first = judge.chat_requests
-        again = judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        again = rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
         assert judge.chat_requests == first and again.pools[0].status == "up to date"
-        forced = judge_runs(store, arena_cfg(judge, tmp_path), force=True, progress=False)
+        forced = rate_and_store(store, arena_cfg(judge, tmp_path), force=True, progress=False)
         assert judge.chat_requests == first and forced.judge_calls == 0  # every verdict from the cache
         assert forced.session.canaries is not None and not forced.session.canaries.fresh
         # a new mixer joins: only its comparisons are asked (4 opponents x prompts x 2 orders) plus the canaries
         write_generations(store, mixers=("epsilon",))
-        judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
         second = first + 2 * 4 * len(PROMPTS) + 2 * len(CANARIES)
         assert judge.chat_requests == second
         # text verdicts are other cache entries: asked once, then cached as well
-        text = judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
+        text = rate_and_store(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
         assert judge.chat_requests == second + 2 * 10 * len(PROMPTS) + 2 * len(CANARIES)
         assert {p.status for p in text.pools} == {"rated"}
-        judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
         assert judge.chat_requests == second + 2 * 10 * len(PROMPTS) + 2 * len(CANARIES)
 
 
@@ -600,7 +608,7 @@ def test_faults_are_retried_counted_and_nothing_judged_is_lost(tmp_path):
                        "text"]  # fmt: skip
         judge.always = lambda p, a, b: "500" if doomed in (a, b) else None
         cfg = arena_cfg(judge, tmp_path, max_retries=2, timeout_s=0.5, concurrency=1, verdict_mode="text")
-        result = judge_runs(store, cfg, progress=False)
+        result = rate_and_store(store, cfg, progress=False)
         report, stats_ = result.pools[0], result.session.stats
         # 12 presentations; both on p2 failed after 3 tries (timeout, 500, malformed / 500 x 3)
         assert report.presentations == 12 and report.failed == 2
@@ -620,7 +628,7 @@ def test_faults_are_retried_counted_and_nothing_judged_is_lost(tmp_path):
         # the judge recovers: the next run asks only what is missing (the two failed presentations), plus canaries
         judge.always = lambda p, a, b: None
         before = judge.chat_requests
-        second = judge_runs(store, cfg, progress=False)
+        second = rate_and_store(store, cfg, progress=False)
         assert judge.chat_requests - before == 2 + 2 * len(CANARIES)
         assert second.pools[0].failed == 0 and second.pools[0].counts.complete == 5
 
@@ -629,7 +637,7 @@ def test_baseline_mode_compares_each_mixer_with_the_baseline_only(tmp_path):
     store = ResultsStore(tmp_path / "results")
     write_generations(store, mixers=("alpha", "beta", "gamma"))
     with FakeJudge(table_judge) as judge:
-        judge_runs(store, arena_cfg(judge, tmp_path, baseline="beta", canaries=False, verdict_mode="text"),
+        rate_and_store(store, arena_cfg(judge, tmp_path, baseline="beta", canaries=False, verdict_mode="text"),
                    progress=False)
         assert judge.chat_requests == 2 * 2 * len(PROMPTS)
     got = ratings(store)
@@ -677,7 +685,7 @@ def test_site_section_shows_reliability_canaries_and_both_verdicts_escaped(tmp_p
     store = ResultsStore(tmp_path / "results")
     write_generations(store, mixers=("alpha", "beta"), out=lambda m, p: f"{hostile} by {m} for {p}")
     with FakeJudge(lambda p, a, b: probabilities(0.55, 0.35)) as judge:
-        judge_runs(store, arena_cfg(judge, tmp_path), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path), progress=False)
     runs = [r for r in store.iter_runs(samples=True) if r.manifest.suite == "judge"]
     page = Judge.site_section(runs, EscapingKit())
     assert "<script>" not in page and html.escape(hostile, quote=True) in page
@@ -688,8 +696,8 @@ def test_site_section_shows_reliability_canaries_and_both_verdicts_escaped(tmp_p
     assert page.count("<tr><td>alpha</td>") == 1  # the ratings table: one row per player
     # text verdicts of the same pool are a section of their own, with the newest run of each player
     with FakeJudge(lambda p, a, b: probabilities(0.55, 0.35)) as judge:
-        judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
-        judge_runs(store, arena_cfg(judge, tmp_path, verdict_mode="text"), force=True, progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path, verdict_mode="text"), progress=False)
+        rate_and_store(store, arena_cfg(judge, tmp_path, verdict_mode="text"), force=True, progress=False)
     runs = [r for r in store.iter_runs(samples=True) if r.manifest.suite == "judge"]
     page = Judge.site_section(runs, EscapingKit())
     assert page.count("probabilities verdicts</h3>") == 1 and page.count("text verdicts</h3>") == 1

@@ -48,3 +48,21 @@ def test_a_suite_imports_only_the_core_and_itself():
 
 def test_a_mixer_imports_no_suite():
     assert _violations("mixers", lambda rel, name: name.split(".")[0] in ("harness", "mixers")) == []
+
+
+#: the store's methods that write (harness/results.py); only the core calls them
+STORE_WRITES = {"write_run", "write_file", "put_file", "delete", "remove_file"}
+
+
+def test_only_the_core_writes_to_the_store():
+    """Suites read the store and return typed results (their cross-run runs as ``AggregateRun``s): no suite
+    module calls a writing method of a store (harness.evaluate.evaluate / store_runs are the one write path)."""
+    calls = []
+    for path in sorted((REPO / "suites").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STORE_WRITES:
+                owner = node.func.value
+                name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+                if "store" in name.lower():
+                    calls.append(f"{path.relative_to(REPO)}:{node.lineno} {name}.{node.func.attr}")
+    assert calls == []

@@ -338,3 +338,37 @@ def test_editing_a_mixers_source_reruns_that_mixers_runs_and_nothing_else(tmp_pa
         for name in [n for n in MIXERS._entries if n.startswith("_edit_")]:
             MIXERS._entries.pop(name)
         sys.modules.pop("editable_mix.mixer", None)
+
+
+def test_a_job_loads_its_checkpoint_once_and_not_at_all_for_runs_in_the_store(tmp_path, monkeypatch):
+    """Two suites of one model: the trained model is loaded (and its identity checked) once, not once per suite;
+    with one suite's run already in the store, the job loads it once, for the other suite only, and with both,
+    not at all. Each suite sees the model in eval mode with no gradients (the suite before may have
+    back-propagated)."""
+    from harness import runner
+    from harness.checkpoint import load_model as real_load
+
+    loads: list[str] = []
+
+    def counting_load(path, device="cpu"):
+        loads.append(str(path))
+        return real_load(path, device)
+
+    monkeypatch.setattr(runner, "load_model", counting_load)
+    text = PLAN.format(name="once", train_extra="").replace("mixers: [protot, attention]", "mixers: [attention]")
+    suites = "  perplexity: {max_windows: 16, bootstrap: 100, splits: [test]}\n"
+    two = text.replace(suites, suites + "  throughput: {lengths: [16, 32], repeats: 1, warmup: 3, max_warmup: 3}\n")
+    store = tmp_path / "store"
+    assert main(["run", str(write_plan(tmp_path, text=text)), "--results", str(store), "--no-progress"]) == 0
+    assert len(loads) == 1  # one suite
+    loads.clear()
+    assert main(["run", str(write_plan(tmp_path, "two", text=two)), "--results", str(store), "--no-progress"]) == 0
+    assert len(loads) == 1  # perplexity's run is in the store: loaded once, for throughput
+    loads.clear()
+    assert main(["run", str(write_plan(tmp_path, "two", text=two)), "--results", str(store), "--no-progress"]) == 0
+    assert loads == []
+    runs = list(ResultsStore(store).iter_runs(samples=False))
+    assert sorted(r.manifest.suite for r in runs) == ["perplexity", "throughput"]
+    fresh = tmp_path / "fresh"  # both suites to run: still one load
+    assert main(["run", str(write_plan(tmp_path, "two", text=two)), "--results", str(fresh), "--no-progress"]) == 0
+    assert len(loads) == 1 and len(list(ResultsStore(fresh).iter_runs(samples=False))) == 2

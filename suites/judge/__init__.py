@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from harness.config import to_dict
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import register_suite
-from harness.suite import Metric, SiteKit, Suite, SuiteCommand, SuiteContext, SuiteResult
+from harness.suite import AggregateRun, Metric, SiteKit, Suite, SuiteCommand, SuiteContext, SuiteResult
 from harness.values import option
 from suites.judge.arena import SUITE_VERSION, ArenaConfig, ArenaResult, judge_runs
 from suites.judge.canaries import CANARIES
@@ -116,8 +116,9 @@ class Judge(Suite):
         }
         return SuiteResult(metrics=metrics, samples=rows, info=info)
 
-    def aggregate(self, store, progress: bool) -> None:
-        """Rate the pools this config's generations belong to (see :func:`suites.judge.arena.judge_runs`)."""
+    def aggregate(self, store, progress: bool) -> list[AggregateRun]:
+        """Rate the pools this config's generations belong to (see :func:`suites.judge.arena.judge_runs`); the
+        core writes the rating runs."""
         try:
             result = judge_runs(store, ArenaConfig.from_env(), suite_config=to_dict(self.cfg), progress=progress)
         except MixbenchError as exc:
@@ -126,6 +127,7 @@ class Judge(Suite):
             ) from None
         if result.pools:
             print(result.render(), file=sys.stderr, flush=True)
+        return result.runs
 
 
 __all__ = [

@@ -44,6 +44,7 @@ from harness.llm_judge import (
 )
 from harness.redaction import redact_url
 from harness.results import ResultsStore
+from harness.suite import AggregateRun
 from suites.judge.judging import Job, Session, ask_canaries, canary_report, judge_jobs, probe_mode
 from suites.judge.pools import Pool, find_pools
 from suites.judge.prompts import Template
@@ -125,6 +126,11 @@ class ArenaResult:
     seconds: float
 
     @property
+    def runs(self) -> list[AggregateRun]:
+        """Every rating run made, for the core to write (:func:`harness.evaluate.store_runs`)."""
+        return [run for pool in self.pools for run in pool.to_write]
+
+    @property
     def judge_calls(self) -> int:
         return int(self.session.stats.get("requests", 0)) if self.session else 0
 
@@ -163,7 +169,8 @@ def judge_runs(store: ResultsStore, cfg: ArenaConfig, preset: str | None = None,
                progress: bool = True) -> ArenaResult:
     """Rate every pool in ``store`` (at ``preset``; made with ``suite_config`` when given) that needs it.
 
-    ``force`` rewrites the rating runs; verdicts still come from the cache.
+    The store is only read: the rating runs come back in :attr:`ArenaResult.runs` for the caller to write with
+    :func:`harness.evaluate.store_runs`. ``force`` rewrites the rating runs; verdicts still come from the cache.
     """
     t0 = time.perf_counter()
     template = cfg.template()
@@ -318,10 +325,10 @@ def _rate_pool(store: ResultsStore, cache: ReplyCache, session: Session, pool: P
                          np.array([len(o.comparison.right_output) for o in complete])),
     )
     report.ratings = rate(games, cfg.bootstrap, cfg.confidence, cfg.prior_ties, cfg.seed)
-    for mixer in players:
+    for mixer in players:  # written by the core (harness.evaluate.store_runs), never here
         result = rating_result(mixer, report, outcomes, replies, session, cfg)
         manifest = rating_manifest(mixer, pool, session, report, cfg, time.perf_counter() - t0, identities[mixer])
-        store.write_run(ids[mixer], manifest, result, force=force or store.has_run(ids[mixer]))
+        report.to_write.append(AggregateRun(ids[mixer], manifest, result, replace=force))
     unrated = sorted(set(pool.runs) - set(players))
     if unrated:
         report.status += f" (no complete comparison for {', '.join(unrated)})"

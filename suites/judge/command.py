@@ -23,6 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.evaluate import store_runs
     from harness.results import ResultsStore
     from suites.judge.arena import ArenaConfig, judge_runs
 
@@ -30,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
         judge_url=args.judge_url, judge_model=args.judge_model, api_key_env=args.api_key_env,
         verdict_mode=args.verdict_mode, baseline=args.baseline, concurrency=args.concurrency, cache=args.judge_cache,
     )
-    result = judge_runs(ResultsStore(args.results), cfg, args.preset, force=args.force, progress=not args.no_progress)
+    store = ResultsStore(args.results)
+    result = judge_runs(store, cfg, args.preset, force=args.force, progress=not args.no_progress)
+    store_runs(store, result.runs)  # the core writes what the suite made
     print(result.render())
     return 0
 

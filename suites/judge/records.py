@@ -29,7 +29,7 @@ from harness import stats
 from harness.llm_judge import Reply
 from harness.identity import Identity
 from harness.manifest import RunManifest
-from harness.suite import ItemValues, Metric, SuiteResult
+from harness.suite import AggregateRun, ItemValues, Metric, SuiteResult
 from suites.judge.judging import Session
 from suites.judge.pools import Pool
 from suites.judge.protocol import Outcome, ProtocolCounts
@@ -55,6 +55,7 @@ class PoolReport:
     outcomes: list[Outcome] = field(default_factory=list)
     unreliable: str | None = None
     judge_metrics: list[Metric] | None = None  # the pool-level reliability metrics, computed once
+    to_write: list[AggregateRun] = field(default_factory=list)  # the rating runs, for the core to write
 
     def render(self) -> str:
         head = f"judge pool: {self.pool.label} — {self.status}"
