@@ -391,7 +391,7 @@ def _ray_death(job: Any, exc: BaseException) -> BaseException:
 
 
 def _is_secret(name: str) -> bool:
-    from harness.results import is_secret_key
+    from harness.redaction import is_secret_key
 
     return is_secret_key(name)
 

@@ -41,10 +41,10 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from harness.config import content_hash, to_dict
+from harness.config import to_dict
 from harness.errors import MixbenchError
 from harness.manifest import LegacyManifest, RunManifest, legacy_store_error
-from harness.redaction import REDACTED, is_secret_key, redact  # noqa: F401  (re-exported)
+from harness.redaction import redact
 from harness.storage import atomic_write, fsync_dir, swap_folder, write_synced
 from harness.suite import Metric, SuiteResult
 
@@ -53,11 +53,6 @@ METRICS = "metrics.jsonl"
 SAMPLES = "samples/samples.jsonl"
 TMP_PREFIX = ".tmp-"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
-
-
-def run_id(key: dict[str, Any]) -> str:
-    """The id of a run: a 16-hex content hash of what defines it (model, training, data, seed, suite config)."""
-    return content_hash(key)
 
 
 def json_safe(obj: Any) -> Any:

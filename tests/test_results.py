@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import content_hash
 from harness.errors import MixbenchError
 from harness.manifest import RunManifest
-from harness.results import REDACTED, ResultsStore, redact
+from harness.redaction import REDACTED, redact
+from harness.results import ResultsStore
 from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
 from tests.planted import payload
