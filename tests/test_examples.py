@@ -251,3 +251,36 @@ def test_a_prefill_must_return_a_state():
     contract = report.results[0]
     assert contract.name == "contract" and not contract.passed and "returned no state" in contract.detail
     assert all(r.skipped for r in report.results[1:])
+
+
+# ------------------------------------------------------------------------------------ the example suite
+
+
+def test_the_example_suite_scores_a_checkpoint_with_typed_paired_metrics(protot_checkpoint, tmp_path):
+    """examples/next_token_suite.py through `mixbench eval --plugin`: its accuracy is the token-weighted mean of its
+    per-document items, its unigram baseline equals a count made here from the corpus, the baseline never votes,
+    and a bad limit is named by the parser."""
+    import numpy as np
+
+    from harness.checkpoint import load_checkpoint
+    from harness.data import load_corpus
+    from harness.results import ResultsStore
+
+    store = tmp_path / "store"
+    args = ["eval", "--suite", "example-next-token", "--checkpoint", str(protot_checkpoint), "--results", str(store),
+            "--plugin", "examples.next_token_suite", "--no-progress", "--skip-gate"]
+    assert main([*args, "--suite-config", "max_windows=-1"]) == 2
+    assert main([*args, "--suite-config", "max_windows=8", "bootstrap=200"]) == 0
+    (run,) = list(ResultsStore(store).iter_runs(samples=False))
+    metrics = {m.name: m for m in run.metrics}
+    acc, unigram = metrics["acc"], metrics["unigram_acc"]
+    assert acc.role == "score" and unigram.role == "baseline" and acc.interval.kind == "bootstrap"
+    values, weights = np.array(acc.items.values), np.array(acc.items.weights)
+    assert acc.value == pytest.approx(float((values * weights).sum() / weights.sum()))
+    assert acc.interval.low <= acc.value <= acc.interval.high and 0 <= acc.value <= 1
+    corpus = load_corpus(load_checkpoint(protot_checkpoint).spec.data, progress=False)
+    guess = int(np.argmax(corpus.unigram_logprobs()))
+    context = load_checkpoint(protot_checkpoint).spec.model.backbone.context
+    targets = np.concatenate([w.ids[1:] for w in corpus.eval_windows("test", context, 8)])
+    assert unigram.value == pytest.approx(float((targets == guess).mean()))
+    assert run.manifest.suite_info["tokens"] == len(targets)
