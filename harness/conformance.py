@@ -19,7 +19,8 @@ built at the preset's width (every layer: mixers may differ by layer), at severa
 * batch_size_invariance - per-sequence log-likelihoods of the whole model do not depend on the batch size or on
                     right padding (the classic source of "a different batch size gives different results")
 * gradients       - a language-model loss gives every parameter a finite, correctly shaped, non-zero gradient
-* state_size      - the floats in the decode state after T tokens equal batch * state_size(T)
+* state_size      - the floats in the decode state equal batch * state_size(T): empty, and after T = the shortest
+                    length, the context and the longest, each also one step later
 * interventions   - each intervention mode changes the output and is undone exactly on exit
 
 Every comparison fails on a NaN or infinity on either side and names where: the layer, batch row, position and
@@ -700,9 +701,19 @@ def _gradients(s: _Setup) -> CheckResult:
 
 
 def _state_size(s: _Setup) -> CheckResult:
+    """The floats a state holds equal ``batch * state_size(T)``: for the empty state, and after a prefill of the
+    shortest length, the model's context (the board's ``state`` column reads ``state_size(context)``) and the
+    longest, each also one step later."""
     B = s.batch
+    context = s.model.config.context
+    lengths = {min(s.lengths), max(s.lengths)} | ({context} if context <= max(s.lengths) else set())
     for m in s.model.mixers:
-        for length in sorted({min(s.lengths), max(s.lengths)}):
+        with torch.no_grad():
+            empty = state_floats(m.init_state(B, s.x.device, s.x.dtype))
+        if empty != B * m.state_size(0):
+            return CheckResult("state_size", False, f"layer {m.layer_idx}: init_state holds {empty / B:g} floats per "
+                                                    f"sequence but state_size(0) says {m.state_size(0)}")
+        for length in sorted(lengths):
             x = s.x[:, :length]
             with torch.no_grad():
                 _, state = _forward(m, x, m.init_state(B, x.device, x.dtype))
