@@ -100,11 +100,30 @@ class GridRequest:
     #: control, [] = none. They take the grid's backbone, training and data overrides, and their default config.
     controls: list[str] | None = None
 
+    def options(self) -> JobOptions:
+        """The options every job of this request runs with."""
+        return JobOptions(self.device, self.kernel, self.force, self.progress, self.resources, tuple(self.plugins),
+                          self.skip_gate)
+
     def all_mixers(self) -> list[str]:
         """The mixers, then each control the grid does not already list."""
         from harness.registry import resolve_controls
 
         return [*self.mixers, *(c for c in resolve_controls(self.controls) if c not in self.mixers)]
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How every job of a request runs (its device and kernel, whether to redo work, what to print, what it asks
+    of a scheduler, which ``--plugin`` modules a worker imports first, whether the gate is skipped)."""
+
+    device: str = "cpu"
+    kernel: str | None = None
+    force: bool = False
+    progress: bool = True
+    resources: Resources = field(default_factory=Resources)
+    plugins: tuple[str, ...] = ()
+    skip_gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,14 +135,13 @@ class ModelJob:
     suites: tuple[str, ...]
     suite_overrides: dict[str, dict[str, Any]]
     expected: dict[str, str | None]  # suite -> run id as predicted by the driver (None: only the worker knows)
-    device: str = "cpu"
-    kernel: str | None = None
-    force: bool = False
-    progress: bool = True
-    resources: Resources = field(default_factory=Resources)
-    plugins: tuple[str, ...] = ()
-    skip_gate: bool = False
+    options: JobOptions = field(default_factory=JobOptions)
     gate: GateRecord | None = None  # the driver's verdict (set before dispatch), so workers never re-run it
+
+    @property
+    def resources(self) -> Resources:
+        """What the job asks of an executor (harness/executors.py reads it)."""
+        return self.options.resources
 
     @property
     def label(self) -> str:
@@ -277,13 +295,8 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
         weights = final_weights_hash(checkpoint_root(store) / model_id)
         expected = {s: expected_run_id(spec, corpus.fingerprint, s, req.suite_overrides.get(s), req.device, weights)
                     for s in req.suites}
-        jobs.append(
-            ModelJob(
-                spec, model_id, tuple(req.suites), {s: dict(req.suite_overrides.get(s) or {}) for s in req.suites},
-                expected, req.device, req.kernel, req.force, req.progress, req.resources, tuple(req.plugins),
-                req.skip_gate,
-            )
-        )
+        overrides = {s: dict(req.suite_overrides.get(s) or {}) for s in req.suites}
+        jobs.append(ModelJob(spec, model_id, tuple(req.suites), overrides, expected, req.options()))
     return jobs
 
 
@@ -296,12 +309,13 @@ def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> l
     verdicts: dict[str, GateRecord | BaseException] = {}
     passed = []
     for job in jobs:
-        key = content_hash(job.spec.model.to_json()) + str(job.skip_gate)
+        opts = job.options
+        key = content_hash(job.spec.model.to_json()) + str(opts.skip_gate)
         if key not in verdicts:
             t0 = time.perf_counter()
             try:
-                verdicts[key] = require_gate(job.spec.model, job.spec.preset, job.device, job.skip_gate,
-                                             progress=job.progress)
+                verdicts[key] = require_gate(job.spec.model, job.spec.preset, opts.device, opts.skip_gate,
+                                             progress=opts.progress)
             except GateFailed as exc:
                 verdicts[key] = exc
             if time.perf_counter() - t0 > 0.5:
@@ -318,7 +332,7 @@ def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> l
 
 def job_is_complete(job: ModelJob, store: ResultsStore) -> bool:
     """True when every suite's run of this model is already in the store (and nothing is forced)."""
-    return not job.force and all(rid is not None and store.has_run(rid) for rid in job.expected.values())
+    return not job.options.force and all(rid is not None and store.has_run(rid) for rid in job.expected.values())
 
 
 def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
@@ -331,22 +345,24 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
 
     from harness.registry import load_plugins
 
-    load_plugins(job.plugins)
-    if job.device.startswith("cuda"):
+    opts = job.options
+    load_plugins(opts.plugins)
+    if opts.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise MixbenchError(
-                f"job {job.label} needs {job.device} but {platform.node()} has no usable GPU; give the plan "
+                f"job {job.label} needs {opts.device} but {platform.node()} has no usable GPU; give the plan "
                 "resources: {gpus: 1} so Ray places it on a GPU node, or run it with device: cpu."
             )
     store = ResultsStore(store_root)
     spec = job.spec
-    corpus = corpus_for(spec.data, job.progress)
+    corpus = corpus_for(spec.data, opts.progress)
     outcome = JobOutcome(job.label, trained=False, host=platform.node())
     out = checkpoint_root(store) / job.model_id
     t0 = time.perf_counter()
-    result = train(spec, out, corpus, device=job.device, kernel=job.kernel, progress=job.progress, force=job.force)
+    result = train(spec, out, corpus, device=opts.device, kernel=opts.kernel, progress=opts.progress,
+                   force=opts.force)
     label = f"train {spec.model.mixer} seed {spec.train.seed}"
     if result.skipped:
         label += " (already trained)"
@@ -359,17 +375,17 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
     for suite in job.suites:
         t0 = time.perf_counter()
         expected = job.expected.get(suite)
-        if expected is not None and not job.force and store.has_run(expected):  # nothing to load for it
+        if expected is not None and not opts.force and store.has_run(expected):  # nothing to load for it
             outcome.runs[suite] = expected
             outcome.phases.append((f"eval {suite} on {spec.model.mixer} seed {spec.train.seed} (already in the store)",
                                    time.perf_counter() - t0))
             continue
         try:  # one suite's failure (a bug in it, or a mixer it cannot score) must not cost the model's others
             if loaded is None:
-                loaded = load_model(out, job.device)
+                loaded = load_model(out, opts.device)
             ev = evaluate(
-                out, suite, store, job.suite_overrides.get(suite), device=job.device, kernel=job.kernel,
-                force=job.force, progress=job.progress, corpus=corpus, aggregate=False, skip_gate=job.skip_gate,
+                out, suite, store, job.suite_overrides.get(suite), device=opts.device, kernel=opts.kernel,
+                force=opts.force, progress=opts.progress, corpus=corpus, aggregate=False, skip_gate=opts.skip_gate,
                 grid=True, gate=job.gate, loaded=loaded,
             )
         except Exception as exc:  # noqa: BLE001 - recorded with its traceback, reported by the grid
