@@ -220,3 +220,29 @@ def test_time_plot_labels_its_axis_over_a_short_range(low, step):
              if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi]
     labels = [t.label1.get_text() for t in shown]
     assert len(set(labels)) >= 2 and len(set(labels)) == len(labels), labels
+
+
+def test_cuda_graph_state_copies_take_every_state_the_contract_allows():
+    """The CUDA-graph decode path clones a state into static buffers and copies each new state into them: a
+    dataclass state (attention's KV cache, mean's running sum) is a state like any other; a shape or a Python
+    value that changes from step to step cannot be replayed and says so (the point is then timed without a graph)."""
+    from dataclasses import dataclass
+
+    from suites.throughput.measure import _clone_tree, _copy_tree
+
+    @dataclass
+    class State:
+        total: torch.Tensor
+        parts: tuple
+        length: int
+
+    state = State(torch.ones(2, 3), (torch.zeros(2), {"h": torch.full((1,), 5.0)}), 7)
+    static = _clone_tree(state)
+    assert static.total is not state.total and torch.equal(static.total, state.total) and static.length == 7
+    new = State(torch.full((2, 3), 2.0), (torch.ones(2), {"h": torch.zeros(1)}), 7)
+    _copy_tree(new, static)
+    assert torch.equal(static.total, new.total) and torch.equal(static.parts[1]["h"], torch.zeros(1))
+    with pytest.raises(ValueError, match="not a tensor"):
+        _copy_tree(State(new.total, new.parts, 8), static)
+    with pytest.raises(ValueError, match="changes shape"):
+        _copy_tree(State(torch.ones(2, 4), new.parts, 7), static)

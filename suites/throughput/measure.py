@@ -20,6 +20,7 @@ force that on purpose.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import resource
 import statistics
 from collections.abc import Callable, Iterator
@@ -299,26 +300,45 @@ def decode_with_cuda_graph(model, inputs, repeats: int) -> tuple[float | None, s
         return None, f"no cuda graph: {type(exc).__name__}"
 
 
+#: state leaves a captured graph keeps as they are (they must not change from step to step)
+_FIXED_LEAVES = (type(None), bool, int, float, str)
+
+
 def _clone_tree(state):
+    """A copy of a decode state (any pytree the mixer contract allows: tensors in dicts, lists, tuples and
+    dataclasses; docs/state_contract.md) whose tensors are new buffers."""
     if isinstance(state, torch.Tensor):
         return state.clone()
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return dataclasses.replace(state, **{f.name: _clone_tree(getattr(state, f.name))
+                                             for f in dataclasses.fields(state) if f.init})
     if isinstance(state, dict):
         return {k: _clone_tree(v) for k, v in state.items()}
     if isinstance(state, (list, tuple)):
         return type(state)(_clone_tree(v) for v in state)
+    if isinstance(state, _FIXED_LEAVES):
+        return state
     raise TypeError(f"state of type {type(state).__name__} cannot be captured")
 
 
 def _copy_tree(src, dst) -> None:
+    """Copy ``src``'s tensors into ``dst``'s (the graph's static buffers); a state whose shapes or non-tensor
+    values change from step to step (a KV cache that grows, a Python length counter) cannot be replayed."""
     if isinstance(src, torch.Tensor):
         if src.shape != dst.shape:
             raise ValueError("the decode state changes shape")
         dst.copy_(src)
+    elif dataclasses.is_dataclass(src) and not isinstance(src, type):
+        for f in dataclasses.fields(src):
+            _copy_tree(getattr(src, f.name), getattr(dst, f.name))
     elif isinstance(src, dict):
         for k in src:
             _copy_tree(src[k], dst[k])
     elif isinstance(src, (list, tuple)):
         for a, b in zip(src, dst):
             _copy_tree(a, b)
+    elif isinstance(src, _FIXED_LEAVES):
+        if src != dst:
+            raise ValueError("the decode state changes a value that is not a tensor")
     else:
         raise TypeError(f"state of type {type(src).__name__} cannot be captured")
