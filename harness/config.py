@@ -276,4 +276,6 @@ class RunSpec:
 
     @property
     def train_id(self) -> str:
-        return content_hash(self.to_json())
+        from harness.identity import spec_identity
+
+        return spec_identity(self.to_json())

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.config import ModelSpec, content_hash, to_dict
+from harness.config import ModelSpec, to_dict
 from harness.conformance import GATE_VERSION, GateConfig, run_checks
 from harness.errors import MixbenchError
 from harness.manifest import GateRecord
@@ -27,18 +27,9 @@ class GateFailed(MixbenchError):
 
 
 def gate_key(spec: ModelSpec, device: str, config: GateConfig) -> str:
-    from harness.identity import identity_packages, mixer_identity
+    from harness.identity import gate_identity
 
-    return content_hash(
-        {
-            "gate_version": GATE_VERSION,
-            "gate_config": to_dict(config),
-            "mixer": mixer_identity(spec.mixer, spec.mixer_config).id,
-            "backbone": {k: v for k, v in to_dict(spec.backbone).items() if k != "vocab_size"},  # mixer-blind
-            "device": str(device).split(":")[0],
-            "packages": identity_packages(),
-        }
-    )
+    return gate_identity(spec.mixer, spec.mixer_config, to_dict(spec.backbone), device, to_dict(config), GATE_VERSION)
 
 
 def _cache_file(key: str) -> Path:

@@ -222,6 +222,39 @@ def row_identity(model: Identity) -> str:
     return content_hash(parts)
 
 
+#: subject identity parts that change when code or packages change, not the configuration
+CODE_PARTS = ("mixer_code", "core_code", "packages", "identity_version", "mixer_version")
+
+
+def lineage_identity(subject_parts: dict[str, Any]) -> str:
+    """What a model identity stands for without its code and package fingerprints, nor its seed: the models a
+    board row keeps only the newest code of (older lineages are hidden, not averaged in)."""
+    mixer = {k: v for k, v in (subject_parts.get("mixer") or {}).items() if k not in CODE_PARTS}
+    train = {k: v for k, v in (subject_parts.get("train") or {}).items() if k != "seed"}
+    rest = {k: v for k, v in subject_parts.items() if k not in CODE_PARTS and k not in ("mixer", "train")}
+    return content_hash({"mixer": mixer, "train": train, **rest})
+
+
+def gate_identity(mixer: str, mixer_config: dict[str, Any], backbone: dict[str, Any], device: str,
+                  gate_config: dict[str, Any], gate_version: int) -> str:
+    """The gate's verdict key: the mixer and config at a backbone (its vocabulary left out: the gate is blind to
+    it), the device type, the gate's config and version, and the packages."""
+    return content_hash({
+        "gate_version": gate_version,
+        "gate_config": gate_config,
+        "mixer": mixer_identity(mixer, mixer_config).id,
+        "backbone": {k: v for k, v in backbone.items() if k != "vocab_size"},
+        "device": str(device).split(":")[0],
+        "packages": identity_packages(),
+    })
+
+
+def spec_identity(spec_json: dict[str, Any]) -> str:
+    """A training run's spec as written (``RunSpec.train_id``): a checkpoint folder resumes only the same spec.
+    Unlike :func:`model_identity` it holds no code fingerprint, so a resumed run survives a code change."""
+    return content_hash(spec_json)
+
+
 def suite_identity(suite: str, suite_config: Any) -> dict[str, Any]:
     """The parts of a run's identity that come from the suite: name, version, source and full config."""
     from harness.registry import SUITES

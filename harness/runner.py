@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config import DataConfig, RunSpec, content_hash
+from harness.config import DataConfig, RunSpec
 from harness.errors import ConfigError, MixbenchError
 from harness.evaluate import evaluate, write_aggregate
-from harness.gate import GateFailed, require_gate
+from harness.conformance import GateConfig
+from harness.gate import GateFailed, gate_key, require_gate
 from harness.checkpoint import final_weights_hash, load_model
 from harness.identity import mixer_identity, model_identity, trained_identity
 from harness.manifest import GateRecord
@@ -310,7 +311,7 @@ def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> l
     passed = []
     for job in jobs:
         opts = job.options
-        key = content_hash(job.spec.model.to_json()) + str(opts.skip_gate)
+        key = gate_key(job.spec.model, opts.device, GateConfig()) + str(opts.skip_gate)  # what require_gate keys
         if key not in verdicts:
             t0 = time.perf_counter()
             try:

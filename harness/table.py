@@ -30,14 +30,11 @@ from fnmatch import fnmatch
 from typing import Any
 
 from harness import stats
-from harness.config import canonical_json, content_hash
+from harness.config import canonical_json
+from harness.identity import lineage_identity
 from harness.results import ResultsStore, RunRecord
 from harness.stats import Interval
 from harness.suite import Metric
-
-#: subject identity parts that change when code or packages change, not the configuration
-_CODE_PARTS = ("mixer_code", "core_code", "packages", "identity_version", "mixer_version")
-
 
 @dataclass(frozen=True)
 class Column:
@@ -203,12 +200,7 @@ def _preset_rank(preset: str) -> tuple[int, str]:
 
 
 def _lineage(run: RunRecord) -> str:
-    """The configuration a model identity stands for, without code and package fingerprints."""
-    parts = dict(run.manifest.identity.get("subject_parts") or {})
-    mixer = {k: v for k, v in (parts.get("mixer") or {}).items() if k not in _CODE_PARTS}
-    train = {k: v for k, v in (parts.get("train") or {}).items() if k != "seed"}
-    rest = {k: v for k, v in parts.items() if k not in _CODE_PARTS and k not in ("mixer", "train")}
-    return content_hash({"mixer": mixer, "train": train, **rest})
+    return lineage_identity(dict(run.manifest.identity.get("subject_parts") or {}))
 
 
 def _rows(runs: list[RunRecord]) -> dict[str, Row]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.config import content_hash
 from harness.errors import ConfigError, MixbenchError
 from harness.executors import ProcessExecutor, RayExecutor, make_executor
 from harness.plan import Plan, Tolerance, load_plan
@@ -372,3 +373,25 @@ def test_a_job_loads_its_checkpoint_once_and_not_at_all_for_runs_in_the_store(tm
     fresh = tmp_path / "fresh"  # both suites to run: still one load
     assert main(["run", str(write_plan(tmp_path, "two", text=two)), "--results", str(fresh), "--no-progress"]) == 0
     assert len(loads) == 1 and len(list(ResultsStore(fresh).iter_runs(samples=False))) == 2
+
+
+def test_every_identity_in_a_store_is_reproduced_by_the_one_identity_function(local_grid):
+    """Each run's id is harness.identity.run_identity of what its manifest records (the subject's id, the suite
+    and its full config, the device where it counts); each subject's id is trained_identity of its model
+    identity and weights: no second way of hashing a run exists to disagree with it."""
+    from harness.identity import Identity, run_identity, trained_identity
+    from harness.registry import SUITES
+
+    _, store_dir = local_grid
+    runs = list(ResultsStore(store_dir).iter_runs(samples=False))
+    assert runs
+    for run in runs:
+        m = run.manifest
+        parts = m.identity
+        cfg = SUITES.get(m.suite).make_config(m.suite_config)
+        again = run_identity(Identity(parts["subject"], {}), m.suite, cfg, parts.get("device"), parts.get("suite_inputs"))
+        assert again.id == run.run_id
+        subject = dict(parts["subject_parts"])
+        weights = subject.pop("weights_sha256")
+        model = Identity(content_hash(subject), subject)
+        assert trained_identity(model, weights).id == parts["subject"] == m.subject.id
