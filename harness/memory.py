@@ -146,17 +146,21 @@ class _AllocationTrace(TorchDispatchMode):
         return out
 
 
-def trace_allocations(fn: Callable[[], object], device: torch.device) -> _AllocationTrace:
+def trace_allocations(fn: Callable[[], object], device: torch.device, collect: bool = True) -> _AllocationTrace:
     """Run ``fn`` and record the tensors it allocates and frees (kernel-internal scratch, never seen by Python, is
-    not in it)."""
-    gc.collect()
+    not in it). ``collect``: garbage-collect before and after, so that storages in reference cycles are freed and
+    recorded too (the full timeline the extrapolation replays needs it; a peak alone does not, and each collection
+    costs about 65 ms in a process holding torch)."""
+    if collect:
+        gc.collect()
     with _AllocationTrace(device) as trace:
         fn()
-    gc.collect()  # storages in reference cycles are freed (and recorded) now
+    if collect:
+        gc.collect()  # storages in reference cycles are freed (and recorded) now
     return trace
 
 
-def peak_bytes(fn: Callable[[], object], device: torch.device) -> int | None:
+def peak_bytes(fn: Callable[[], object], device: torch.device, collect: bool = True) -> int | None:
     """Peak memory ``fn()`` allocated above what was allocated before it, or None where it cannot be measured:
     on CUDA the caching allocator's own peak statistics, elsewhere :func:`trace_allocations`."""
     if device.type == "cuda":
@@ -166,7 +170,7 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int | None:
         fn()
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device) - base)
-    return trace_allocations(fn, device).peak
+    return trace_allocations(fn, device, collect).peak
 
 
 def replay_peak(short: _AllocationTrace, long: _AllocationTrace, t1: int, t2: int, target: int) -> int | None:
