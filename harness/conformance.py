@@ -51,7 +51,7 @@ from harness.errors import ConfigError
 from harness.mixer import Mixer, state_floats, state_tensors
 
 #: bump when a check is added or tightened: cached verdicts of older gates are not reused
-GATE_VERSION = 3  # 3: the context_free check
+GATE_VERSION = 4  # 3: the context_free check; 4: states passed in stay unchanged, state_size at T=0 and the context
 #: chunk lengths every mixer is tested across, besides the ones its kernels declare
 GENERIC_CHUNKS = (16, 32, 64)
 #: positions t0 from which the causality check perturbs the suffix, besides every chunk boundary
