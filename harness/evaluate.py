@@ -66,30 +66,41 @@ def checkpoint_identity(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
     return model_identity(ckpt.spec, data_fingerprint)
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """How a suite run is made, apart from what it scores: the device and kernel, whether to redo a stored run,
+    progress output, whether the gate is skipped (recorded), whether the suite's cross-run step follows
+    (``aggregate``; a grid aggregates once at its end), whether a grid declared the config (``grid``), and a work
+    folder to keep (default: a temporary one)."""
+
+    device: str = "cpu"
+    kernel: str | None = None
+    force: bool = False
+    progress: bool = True
+    skip_gate: bool = False
+    aggregate: bool = True
+    grid: bool = False
+    work_dir: Path | None = None
+
+
 def evaluate(
     checkpoint: Path | str | None,
     suite: str,
     store: ResultsStore,
     suite_overrides: dict[str, Any] | None = None,
-    device: str = "cpu",
-    kernel: str | None = None,
-    force: bool = False,
-    progress: bool = True,
+    options: EvalOptions = EvalOptions(),
+    *,
     corpus=None,
-    work_dir: Path | None = None,
-    aggregate: bool = True,
-    skip_gate: bool = False,
-    grid: bool = False,
+    gate: GateRecord | None = None,
+    loaded: tuple[Any, Checkpoint] | None = None,
     mixer: str | None = None,
     mixer_config: dict[str, Any] | None = None,
     preset: str = "tiny",
-    gate: GateRecord | None = None,
-    loaded: tuple[Any, Checkpoint] | None = None,
 ) -> EvalOutcome:
     """Score ``checkpoint`` with ``suite``; every input is validated, and the gate passed, before any work.
 
     A mixer-scoped suite may instead take ``mixer`` (+ ``mixer_config``): it trains its own small models, and
-    the gate checks the mixer at ``preset``'s backbone. With ``aggregate``, the suite's cross-run step
+    the gate checks the mixer at ``preset``'s backbone. With ``options.aggregate``, the suite's cross-run step
     (:meth:`Suite.aggregate`) follows, also when the run was already in the store; a grid passes False and
     aggregates once at its end. ``gate`` is a verdict the caller already holds (a grid gates in its driver);
     ``loaded`` the ``(model, checkpoint)`` of ``checkpoint`` already loaded (a grid job loads it once for all its
@@ -98,26 +109,27 @@ def evaluate(
     entry = SUITES.get(suite)
     cfg = entry.make_config(suite_overrides)
     suite_obj = entry.cls(cfg)
-    source = config_source(suite_overrides, grid)
+    source = config_source(suite_overrides, options.grid)
+    device, progress = options.device, options.progress
     if checkpoint is None:
         if entry.cls.scope != "mixer" or mixer is None:
             raise MixbenchError(
                 f"suite '{suite}' scores a trained model: pass --checkpoint DIR"
                 + (" (or --mixer NAME, since it trains its own models)" if entry.cls.scope == "mixer" else "") + "."
             )
-        return _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config or {}, preset, store, device,
-                               force, progress, work_dir, aggregate, skip_gate, gate)
+        return _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config or {}, preset, store, options, gate)
     model, ckpt = loaded if loaded is not None else load_model(checkpoint, device)
     model.eval().zero_grad(set_to_none=True)  # a suite before this one may have trained or back-propagated
-    if kernel is not None:
-        model.set_kernel(kernel)
+    if options.kernel is not None:
+        model.set_kernel(options.kernel)
     if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
         return _evaluate_mixer(entry, cfg, suite_obj, source, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config,
-                               "tiny", store, device, force, progress, work_dir, aggregate, skip_gate, gate)
+                               "tiny", store, options, gate)
     from harness.data import load_corpus
 
     if gate is None:
-        gate = require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, skip_gate, progress=progress)
+        gate = require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, options.skip_gate,
+                            progress=progress)
     if corpus is None:
         corpus = load_corpus(ckpt.spec.data, progress=progress)
     trained_on = ckpt.meta.get("corpus_fingerprint")
@@ -128,14 +140,14 @@ def evaluate(
         )
     subject_id = trained_identity(checkpoint_identity(ckpt, corpus.fingerprint), ckpt.meta.get("weights_sha256"))
     identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
-    if store.has_run(identity.id) and not force:
-        if aggregate:
+    if store.has_run(identity.id) and not options.force:
+        if options.aggregate:
             write_aggregate(store, suite_obj, progress)
         return EvalOutcome(identity.id, suite, True, 0.0)
     suite_obj.validate(model)
     store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{suite}-") as scratch:
-        ctx = SuiteContext(corpus, Path(work_dir or scratch), ckpt.spec.train.seed, device, progress)
+        ctx = SuiteContext(corpus, Path(options.work_dir or scratch), ckpt.spec.train.seed, device, progress)
         t0 = time.perf_counter()
         result = suite_obj.run(model, ctx)
         seconds = time.perf_counter() - t0
@@ -144,32 +156,33 @@ def evaluate(
             timings={"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
             data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
         )
-        store.write_run(identity.id, manifest, result, force=force)
-    if aggregate:
+        store.write_run(identity.id, manifest, result, force=options.force)
+    if options.aggregate:
         write_aggregate(store, suite_obj, progress)
     return EvalOutcome(identity.id, suite, False, seconds)
 
 
-def _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config, preset, store, device, force, progress,
-                    work_dir, aggregate, skip_gate, gate) -> EvalOutcome:
+def _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config, preset, store, options: EvalOptions,
+                    gate) -> EvalOutcome:
+    device, progress = options.device, options.progress
     if gate is None:
         p = get_preset(preset)
         spec = ModelSpec(mixer, dict(mixer_config), BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
-        gate = require_gate(spec, preset, device, skip_gate, progress=progress)
+        gate = require_gate(spec, preset, device, options.skip_gate, progress=progress)
     subject_id = mixer_identity(mixer, mixer_config)
     identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
-    if store.has_run(identity.id) and not force:
+    if store.has_run(identity.id) and not options.force:
         return EvalOutcome(identity.id, entry.name, True, 0.0)
     store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{entry.name}-") as scratch:
-        ctx = SuiteContext(None, Path(work_dir or scratch), 0, device, progress)
+        ctx = SuiteContext(None, Path(options.work_dir or scratch), 0, device, progress)
         t0 = time.perf_counter()
         result = suite_obj.run_mixer(mixer, dict(mixer_config), ctx)
         seconds = time.perf_counter() - t0
         manifest = build_manifest(entry, cfg, source, mixer_subject(mixer, mixer_config, subject_id), gate, identity,
                                   result, timings={"eval_s": round(seconds, 3)})
-        store.write_run(identity.id, manifest, result, force=force)
-    if aggregate:
+        store.write_run(identity.id, manifest, result, force=options.force)
+    if options.aggregate:
         write_aggregate(store, suite_obj, progress)
     return EvalOutcome(identity.id, entry.name, False, seconds)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config import DataConfig, RunSpec
 from harness.errors import ConfigError, MixbenchError
-from harness.evaluate import evaluate, write_aggregate
+from harness.evaluate import EvalOptions, evaluate, write_aggregate
 from harness.conformance import GateConfig
 from harness.gate import GateFailed, gate_key, require_gate
 from harness.checkpoint import final_weights_hash, load_model
@@ -373,6 +373,8 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
         label += f" ({result.tokens_per_s:,.0f} tokens/s, final loss {result.final_loss:.3f}{resumed})"
     outcome.phases.append((label, time.perf_counter() - t0))
     loaded = None  # the trained model, loaded (and its identity verified) once for all of the job's suites
+    eval_options = EvalOptions(opts.device, opts.kernel, opts.force, opts.progress, opts.skip_gate, aggregate=False,
+                               grid=True)  # the grid aggregates once, at its end
     for suite in job.suites:
         t0 = time.perf_counter()
         expected = job.expected.get(suite)
@@ -384,11 +386,8 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
         try:  # one suite's failure (a bug in it, or a mixer it cannot score) must not cost the model's others
             if loaded is None:
                 loaded = load_model(out, opts.device)
-            ev = evaluate(
-                out, suite, store, job.suite_overrides.get(suite), device=opts.device, kernel=opts.kernel,
-                force=opts.force, progress=opts.progress, corpus=corpus, aggregate=False, skip_gate=opts.skip_gate,
-                grid=True, gate=job.gate, loaded=loaded,
-            )
+            ev = evaluate(out, suite, store, job.suite_overrides.get(suite), eval_options, corpus=corpus,
+                          gate=job.gate, loaded=loaded)
         except Exception as exc:  # noqa: BLE001 - recorded with its traceback, reported by the grid
             outcome.failures.append(JobFailure(f"{job.label} / {suite}", failure_text(exc)))
             outcome.phases.append((f"eval {suite} on {spec.model.mixer} seed {spec.train.seed} (FAILED)",

@@ -287,15 +287,15 @@ def _configure(p) -> None:
 def _command(args) -> int:
     """``mixbench lm-eval``: the same as ``mixbench eval --suite lm-eval`` with the task options as flags."""
     from harness.devices import resolve_device
-    from harness.evaluate import evaluate
+    from harness.evaluate import EvalOptions, evaluate
     from harness.results import ResultsStore
 
     overrides = {"include_path": args.include_path, "limit": args.limit, "num_fewshot": args.num_fewshot,
                  "batch_size": args.batch_size}
     # --tasks is always passed on, empty or not: `--tasks ""` must fail, never fall back to the default task
     overrides = {"tasks": args.tasks, **{k: v for k, v in overrides.items() if v not in (None, "")}}
-    outcome = evaluate(args.checkpoint, "lm-eval", ResultsStore(args.results), overrides,
-                       device=resolve_device(args.device), force=args.force, skip_gate=args.skip_gate)
+    options = EvalOptions(device=resolve_device(args.device), force=args.force, skip_gate=args.skip_gate)
+    outcome = evaluate(args.checkpoint, "lm-eval", ResultsStore(args.results), overrides, options)
     if outcome.skipped:
         print(f"run {outcome.run_id} (lm-eval) is already in {args.results}; nothing to do (--force reruns).")
     else:
