@@ -590,7 +590,7 @@ def publish_site(store: ResultsStore, out: Path, force: bool = False, config: Bo
                     "board; check --results, or pass --force to publish an empty board on purpose."
                 )
             site.write()
-            swap_folder(tmp, out, aside=out.parent / f".{out.name}.old-{uuid.uuid4().hex}")
+            swap_folder(tmp, out, out.parent / f".{out.name}.old-{uuid.uuid4().hex}", replace=out.exists())
         except OSError as exc:
             raise MixbenchError(f"could not write the site into {out} ({exc.strerror or exc}); check the folder.") from None
         finally:

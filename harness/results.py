@@ -136,10 +136,11 @@ class _LocalRuns:
             for rel, data in files.items():
                 write_synced(tmp / rel, data)
             fsync_dir(tmp)
-            if (final / MANIFEST).exists() and not force:
+            replace = final.exists()  # decided now: a folder that appears later is another writer's
+            if replace and (final / MANIFEST).exists() and not force:
                 raise _exists_error(run_id, str(self.runs.parent))
             try:  # atomic; fails if another writer put a folder there meanwhile
-                swap_folder(tmp, final, aside=self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-old")
+                swap_folder(tmp, final, self.runs / f"{TMP_PREFIX}{run_id}-{uuid.uuid4().hex}-old", replace)
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise

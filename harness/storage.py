@@ -91,14 +91,17 @@ def fill_folder_once(root: Path, fill: Callable[[Path], None], ready: Callable[[
     return root
 
 
-def swap_folder(new: Path, final: Path, aside: Path) -> None:
-    """Put the folder ``new`` at ``final``, replacing whatever folder is there as a whole: readers see the old
-    folder or the new one, never a mix. The old one is renamed to ``aside`` first and removed afterwards; when
-    ``new`` cannot be renamed into place (another writer put a folder there meanwhile) the old one is put back
-    and the error raised. ``aside`` should be hidden from the folder's listing (the caller's temp prefix)."""
+def swap_folder(new: Path, final: Path, aside: Path, replace: bool) -> None:
+    """Put the folder ``new`` at ``final``: readers see the old folder or the new one, never a mix.
+
+    ``replace``: the caller saw a folder at ``final`` and decided to replace it; it is renamed to ``aside`` first
+    and removed afterwards (``aside`` hidden from the folder's listing: the caller's temp prefix). Without it the
+    rename fails (EEXIST / ENOTEMPTY) when a folder appeared at ``final`` meanwhile: a concurrent writer's, which
+    must not be silently replaced. When ``new`` cannot be renamed into place the old folder is put back and the
+    error raised."""
     new, final, aside = Path(new), Path(final), Path(aside)
     moved = False
-    if final.exists():
+    if replace and final.exists():
         os.rename(final, aside)
         moved = True
     try:
