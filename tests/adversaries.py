@@ -162,7 +162,24 @@ class InPlaceState(DecayedRecurrence):
         return y, state
 
 
+@register_mixer("_adv_inplace_sometimes", config=DecayConfig)
+class InPlaceSometimes(DecayedRecurrence):
+    """Modifies the state it is given only on every seventh step (counted across calls), so a check that looks
+    at a few chosen positions can miss it."""
+
+    calls = 0
+
+    def step(self, x_t, state):
+        y, h = super().step(x_t, state)
+        type(self).calls += 1
+        if type(self).calls % 7 == 0:
+            state.copy_(h)
+            return y, state
+        return y, h
+
+
 EXPECTED = {
+    "_adv_inplace_sometimes": "decode",
     "_adv_inplace_state": "decode",
     "_adv_nan_step": "decode",
     "_adv_nan_forward": "determinism",
