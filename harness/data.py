@@ -46,8 +46,8 @@ from tqdm.auto import tqdm
 
 from harness.config import DataConfig, content_hash
 from harness.errors import MixbenchError, UnknownNameError
-from harness.storage import cache_dir as mixbench_cache
-from harness.tokenizer import Tokenizer, atomic_write, digest_texts, train_bpe
+from harness.storage import atomic_write, cache_dir as mixbench_cache
+from harness.tokenizer import Tokenizer, digest_texts, train_bpe
 
 SPLITS = ("train", "validation", "test", "validation_ood", "test_ood")
 EMBEDDED_TRAIN = ("sotu", "brown", "shakespeare", "kjv")  # SOTU only before HELDOUT_YEAR

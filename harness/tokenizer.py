@@ -19,7 +19,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 
 from harness.errors import MixbenchError
-from harness.storage import atomic_write  # noqa: F401  (re-exported: the cache writers import it from here)
+from harness.storage import atomic_write
 
 EOS = "<|endoftext|>"  # id 0 in trained tokenizers: document separator, BOS and EOS
 PAD = "<|pad|>"  # id 1 in trained tokenizers
