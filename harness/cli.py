@@ -414,15 +414,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from harness.evaluate import EvalOptions, evaluate
+    from harness.planned import PlannedRun
     from harness.results import ResultsStore
     from harness.specs import parse_assignments
 
     if (args.checkpoint is None) == (args.mixer is None):
         raise MixbenchError("eval needs --checkpoint DIR, or --mixer NAME for a suite that trains its own models.")
+    run = PlannedRun.make(args.suite, parse_assignments(args.suite_config), device=_device(args.device))
     store = ResultsStore(args.results)
-    options = EvalOptions(device=_device(args.device), kernel=args.kernel, force=args.force,
-                          progress=not args.no_progress, skip_gate=args.skip_gate)
-    outcome = evaluate(args.checkpoint, args.suite, store, parse_assignments(args.suite_config), options,
+    options = EvalOptions(kernel=args.kernel, force=args.force, progress=not args.no_progress, skip_gate=args.skip_gate)
+    outcome = evaluate(args.checkpoint, run, store, options,
                        mixer=args.mixer, mixer_config=parse_assignments(args.mixer_config), preset=args.preset)
     if outcome.skipped:
         print(f"run {outcome.run_id} ({args.suite}) is already in {args.results}; nothing to do (--force reruns).")

@@ -1,8 +1,9 @@
 """Scoring a checkpoint (or, for mixer-scoped suites, a mixer definition) with a suite into the results store.
 
-A run's id is :func:`harness.identity.run_identity` of the scored model's identity and the suite's name,
-version, source fingerprint and full config (plus the device for device-dependent suites): the same model
-scored the same way by the same code is the same run, and re-running it is a no-op unless forced. The mixer
+What is scored and how is a :class:`harness.planned.PlannedRun`; its id is :func:`harness.identity.run_identity`
+of the scored model's identity and the suite's name, version, source fingerprint and full config (plus the device
+for device-dependent suites): the same model scored the same way by the same code is the same run, and re-running
+it is a no-op unless forced. The mixer
 must have passed the conformance gate (:func:`harness.gate.require_gate`) before anything is computed or
 written; ``skip_gate`` scores anyway and records it.
 """
@@ -20,9 +21,10 @@ from harness.checkpoint import Checkpoint, load_model
 from harness.config import PRESETS, BackboneConfig, DataConfig, ModelSpec, TrainConfig, get_preset, to_dict
 from harness.errors import MixbenchError
 from harness.gate import require_gate
-from harness.identity import Identity, mixer_identity, model_identity, row_identity, run_identity, trained_identity
+from harness.identity import Identity, mixer_identity, model_identity, row_identity, trained_identity
 from harness.manifest import GateRecord, RunManifest, Subject, diff_from
-from harness.provenance import device_descriptor, provenance
+from harness.provenance import provenance
+from harness.planned import PlannedRun
 from harness.registry import MIXERS, SUITES, Entry
 from harness.results import ResultsStore
 from harness.suite import AggregateRun, SuiteContext, SuiteResult
@@ -36,25 +38,6 @@ class EvalOutcome:
     seconds: float
 
 
-def config_source(overrides: dict[str, Any] | None, grid: bool) -> str:
-    """``grid`` when a plan / run / quickstart declared the config, else ``default`` or ``override``."""
-    if grid:
-        return "grid"
-    return "override" if overrides else "default"
-
-
-def suite_run_identity(entry: Entry, cfg: Any, subject: Identity, device: str) -> Identity:
-    """The run identity of ``entry`` with config ``cfg`` on ``subject`` (device-dependent suites add the device,
-    every suite what its config points at)."""
-    descriptor = device_descriptor(device) if entry.cls.device_dependent else None
-    return run_identity(subject, entry.name, cfg, descriptor, entry.cls(cfg).identity_parts())
-
-
-def with_subject(run: Identity, subject: Identity) -> Identity:
-    """The run identity with the subject's own parts beside it, so a manifest shows every input of its id."""
-    return Identity(run.id, {**run.parts, "subject_parts": subject.parts})
-
-
 def checkpoint_identity(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
     """The identity stored when the checkpoint was trained (verified against its config on load), or, for a
     checkpoint written before identities were stored, the identity this code gives its spec."""
@@ -66,28 +49,29 @@ def checkpoint_identity(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
     return model_identity(ckpt.spec, data_fingerprint)
 
 
+def checkpoint_subject(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
+    """What a model-scoped run of ``ckpt`` scores: its model identity and the hash of its weights."""
+    return trained_identity(checkpoint_identity(ckpt, data_fingerprint), ckpt.meta.get("weights_sha256"))
+
+
 @dataclass(frozen=True)
 class EvalOptions:
-    """How a suite run is made, apart from what it scores: the device and kernel, whether to redo a stored run,
-    progress output, whether the gate is skipped (recorded), whether the suite's cross-run step follows
-    (``aggregate``; a grid aggregates once at its end), whether a grid declared the config (``grid``), and a work
-    folder to keep (default: a temporary one)."""
+    """How a planned run is made, apart from what it is: the kernel, whether to redo a stored run, progress
+    output, whether the gate is skipped (recorded), whether the suite's cross-run step follows (``aggregate``; a
+    grid aggregates once at its end), and a work folder to keep (default: a temporary one)."""
 
-    device: str = "cpu"
     kernel: str | None = None
     force: bool = False
     progress: bool = True
     skip_gate: bool = False
     aggregate: bool = True
-    grid: bool = False
     work_dir: Path | None = None
 
 
 def evaluate(
     checkpoint: Path | str | None,
-    suite: str,
+    run: PlannedRun,
     store: ResultsStore,
-    suite_overrides: dict[str, Any] | None = None,
     options: EvalOptions = EvalOptions(),
     *,
     corpus=None,
@@ -97,7 +81,7 @@ def evaluate(
     mixer_config: dict[str, Any] | None = None,
     preset: str = "tiny",
 ) -> EvalOutcome:
-    """Score ``checkpoint`` with ``suite``; every input is validated, and the gate passed, before any work.
+    """Make the planned ``run`` on ``checkpoint``; every input is validated, and the gate passed, before any work.
 
     A mixer-scoped suite may instead take ``mixer`` (+ ``mixer_config``): it trains its own small models, and
     the gate checks the mixer at ``preset``'s backbone. With ``options.aggregate``, the suite's cross-run step
@@ -106,25 +90,23 @@ def evaluate(
     ``loaded`` the ``(model, checkpoint)`` of ``checkpoint`` already loaded (a grid job loads it once for all its
     suites): it is put back in eval mode with no gradients and the kernel asked for before the suite sees it.
     """
-    entry = SUITES.get(suite)
-    cfg = entry.make_config(suite_overrides)
-    suite_obj = entry.cls(cfg)
-    source = config_source(suite_overrides, options.grid)
-    device, progress = options.device, options.progress
+    entry = SUITES.get(run.suite)
+    suite_obj = entry.cls(run.config())
+    device, progress = run.device, options.progress
     if checkpoint is None:
         if entry.cls.scope != "mixer" or mixer is None:
             raise MixbenchError(
-                f"suite '{suite}' scores a trained model: pass --checkpoint DIR"
+                f"suite '{run.suite}' scores a trained model: pass --checkpoint DIR"
                 + (" (or --mixer NAME, since it trains its own models)" if entry.cls.scope == "mixer" else "") + "."
             )
-        return _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config or {}, preset, store, options, gate)
+        return _evaluate_mixer(run, suite_obj, mixer, mixer_config or {}, preset, store, options, gate)
     model, ckpt = loaded if loaded is not None else load_model(checkpoint, device)
     model.eval().zero_grad(set_to_none=True)  # a suite before this one may have trained or back-propagated
     if options.kernel is not None:
         model.set_kernel(options.kernel)
     if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
-        return _evaluate_mixer(entry, cfg, suite_obj, source, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config,
-                               "tiny", store, options, gate)
+        return _evaluate_mixer(run, suite_obj, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config, "tiny", store,
+                               options, gate)
     from harness.data import load_corpus
 
     if gate is None:
@@ -138,53 +120,57 @@ def evaluate(
             f"the data or tokenizer of {ckpt.spec.data.source} changed since {ckpt.path} was trained "
             f"(fingerprint {corpus.fingerprint} vs {trained_on}); retrain the checkpoint."
         )
-    subject_id = trained_identity(checkpoint_identity(ckpt, corpus.fingerprint), ckpt.meta.get("weights_sha256"))
-    identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
-    if store.has_run(identity.id) and not options.force:
+    subject_id = checkpoint_subject(ckpt, corpus.fingerprint)
+    run = run.bind(subject_id)
+    assert run.identity is not None
+    if store.has_run(run.identity.id) and not options.force:
         if options.aggregate:
             write_aggregate(store, suite_obj, progress)
-        return EvalOutcome(identity.id, suite, True, 0.0)
+        return EvalOutcome(run.identity.id, run.suite, True, 0.0)
     suite_obj.validate(model)
     store.ensure_writable()
-    with tempfile.TemporaryDirectory(prefix=f"mixbench-{suite}-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
         ctx = SuiteContext(corpus, Path(options.work_dir or scratch), ckpt.spec.train.seed, device, progress)
         t0 = time.perf_counter()
         result = suite_obj.run(model, ctx)
         seconds = time.perf_counter() - t0
         manifest = build_manifest(
-            entry, cfg, source, model_subject(ckpt, model, subject_id, device), gate, identity, result,
-            timings={"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
+            entry, suite_obj.cfg, run.config_source, model_subject(ckpt, model, subject_id, device), gate,
+            run.identity, result, timings={"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
             data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
         )
-        store.write_run(identity.id, manifest, result, force=options.force)
+        store.write_run(run.identity.id, manifest, result, force=options.force)
     if options.aggregate:
         write_aggregate(store, suite_obj, progress)
-    return EvalOutcome(identity.id, suite, False, seconds)
+    return EvalOutcome(run.identity.id, run.suite, False, seconds)
 
 
-def _evaluate_mixer(entry, cfg, suite_obj, source, mixer, mixer_config, preset, store, options: EvalOptions,
-                    gate) -> EvalOutcome:
-    device, progress = options.device, options.progress
+def _evaluate_mixer(run: PlannedRun, suite_obj, mixer: str, mixer_config: dict[str, Any], preset: str,
+                    store: ResultsStore, options: EvalOptions, gate: GateRecord | None) -> EvalOutcome:
+    entry = SUITES.get(run.suite)
+    device, progress = run.device, options.progress
     if gate is None:
         p = get_preset(preset)
         spec = ModelSpec(mixer, dict(mixer_config), BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
         gate = require_gate(spec, preset, device, options.skip_gate, progress=progress)
     subject_id = mixer_identity(mixer, mixer_config)
-    identity = with_subject(suite_run_identity(entry, cfg, subject_id, device), subject_id)
-    if store.has_run(identity.id) and not options.force:
-        return EvalOutcome(identity.id, entry.name, True, 0.0)
+    run = run.bind(subject_id)
+    assert run.identity is not None
+    if store.has_run(run.identity.id) and not options.force:
+        return EvalOutcome(run.identity.id, entry.name, True, 0.0)
     store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{entry.name}-") as scratch:
         ctx = SuiteContext(None, Path(options.work_dir or scratch), 0, device, progress)
         t0 = time.perf_counter()
         result = suite_obj.run_mixer(mixer, dict(mixer_config), ctx)
         seconds = time.perf_counter() - t0
-        manifest = build_manifest(entry, cfg, source, mixer_subject(mixer, mixer_config, subject_id), gate, identity,
-                                  result, timings={"eval_s": round(seconds, 3)})
-        store.write_run(identity.id, manifest, result, force=options.force)
+        manifest = build_manifest(entry, suite_obj.cfg, run.config_source,
+                                  mixer_subject(mixer, mixer_config, subject_id), gate, run.identity, result,
+                                  timings={"eval_s": round(seconds, 3)})
+        store.write_run(run.identity.id, manifest, result, force=options.force)
     if options.aggregate:
         write_aggregate(store, suite_obj, progress)
-    return EvalOutcome(identity.id, entry.name, False, seconds)
+    return EvalOutcome(run.identity.id, entry.name, False, seconds)
 
 
 def write_aggregate(store: ResultsStore, suite_obj: Any, progress: bool) -> list[str]:

@@ -278,4 +278,7 @@ def run_identity(subject: Identity, suite: str, suite_config: Any, device: dict[
         parts["suite_inputs"] = extra
     if device is not None:
         parts["device"] = device
-    return _identity(parts)
+    run = _identity(parts)
+    # the subject's own parts beside the id's inputs, so a manifest shows every input of its id (not hashed:
+    # the subject's id already stands for them)
+    return Identity(run.id, {**run.parts, "subject_parts": subject.parts})

@@ -30,6 +30,7 @@ from harness.conformance import GateConfig
 from harness.gate import GateFailed, gate_key, require_gate
 from harness.checkpoint import final_weights_hash, load_model
 from harness.identity import mixer_identity, model_identity, trained_identity
+from harness.planned import PlannedRun
 from harness.manifest import GateRecord
 from harness.memory import check_training
 from harness.storage import cache_dir
@@ -106,6 +107,11 @@ class GridRequest:
         return JobOptions(self.device, self.kernel, self.force, self.progress, self.resources, tuple(self.plugins),
                           self.skip_gate)
 
+    def planned_runs(self) -> tuple[PlannedRun, ...]:
+        """Each suite's run as this request declares it (validated; bound to a subject per job)."""
+        return tuple(PlannedRun.make(s, self.suite_overrides.get(s), device=self.device, grid=True)
+                     for s in self.suites)
+
     def all_mixers(self) -> list[str]:
         """The mixers, then each control the grid does not already list."""
         from harness.registry import resolve_controls
@@ -133,9 +139,7 @@ class ModelJob:
 
     spec: RunSpec  # vocabulary already bound to the tokenizer's
     model_id: str  # harness.identity.model_identity of spec on its data: names the checkpoint folder
-    suites: tuple[str, ...]
-    suite_overrides: dict[str, dict[str, Any]]
-    expected: dict[str, str | None]  # suite -> run id as predicted by the driver (None: only the worker knows)
+    runs: tuple[PlannedRun, ...]  # one per suite, bound to the model where the driver knows its weights
     options: JobOptions = field(default_factory=JobOptions)
     gate: GateRecord | None = None  # the driver's verdict (set before dispatch), so workers never re-run it
 
@@ -230,30 +234,28 @@ def corpus_for(cfg: DataConfig, progress: bool) -> "Corpus":
     return _CORPORA[cfg]
 
 
-def expected_run_id(spec: RunSpec, data_fingerprint: str, suite: str, suite_overrides: dict[str, Any] | None,
-                    device: str, weights_sha256: str | None) -> str | None:
-    """The id ``evaluate`` gives the run of ``suite`` on the model ``spec`` trains (the same identity function).
-
-    For a device-dependent suite (throughput) the id includes the device descriptor, which only the worker knows
-    for sure: the prediction is this machine's, and None when this machine lacks the device (a CPU-only Ray head
-    planning GPU jobs). A model-scoped run is keyed by the trained weights too: before training (``weights_sha256``
-    None) there is no prediction, and the job runs. A wrong or missing prediction costs a dispatched job that finds
-    its checkpoint and runs in place, never a wrong skip of another run.
-    """
-    from harness.evaluate import suite_run_identity
-
-    entry = SUITES.get(suite)
-    cfg = entry.make_config(suite_overrides)
-    if entry.cls.scope == "mixer":
-        subject = mixer_identity(spec.model.mixer, spec.model.mixer_config)
-    elif weights_sha256 is None:
-        return None
-    else:
-        subject = trained_identity(model_identity(spec, data_fingerprint), weights_sha256)
-    try:
-        return suite_run_identity(entry, cfg, subject, device).id
-    except (RuntimeError, AssertionError, ValueError):  # no such device here
-        return None
+def plan_runs(spec: RunSpec, data_fingerprint: str, runs: Sequence[PlannedRun],
+              weights_sha256: str | None) -> tuple[PlannedRun, ...]:
+    """``runs`` bound to the subject they score, where the driver knows it: the mixer for mixer-scoped suites,
+    the trained model for model-scoped ones once its checkpoint exists (``weights_sha256``; before training there
+    is nothing to bind and the job runs). A device-dependent suite is bound to this machine's descriptor, and
+    left unbound when this machine lacks the device (a CPU-only Ray head planning GPU jobs): the worker binds it.
+    A wrong or missing binding costs a dispatched job that finds its checkpoint and runs in place, never a wrong
+    skip of another run."""
+    bound = []
+    for run in runs:
+        if run.scope == "mixer":
+            subject = mixer_identity(spec.model.mixer, spec.model.mixer_config)
+        elif weights_sha256 is None:
+            bound.append(run)
+            continue
+        else:
+            subject = trained_identity(model_identity(spec, data_fingerprint), weights_sha256)
+        try:
+            bound.append(run.bind(subject))
+        except (RuntimeError, AssertionError, ValueError):  # no such device here
+            bound.append(run)
+    return tuple(bound)
 
 
 def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTimer) -> list[ModelJob]:
@@ -265,8 +267,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     pending: list[tuple[GridRequest, RunSpec]] = []
     check_grid_size(sum(len(r.all_mixers()) * len(r.seeds) for r in reqs), "the grid")
     for req in reqs:
-        for suite in req.suites:  # fail on an unknown suite or bad suite option before any work
-            SUITES.get(suite).make_config(req.suite_overrides.get(suite))
+        planned = req.planned_runs()  # fails on an unknown suite or bad suite option before any work
         for mixer in req.all_mixers():
             for seed in req.seeds:
                 spec = make_run_spec(
@@ -279,10 +280,10 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                 )
                 check_training(spec.model.backbone, spec.train.batch_size, req.device,
                                f"training {mixer} at preset {req.preset}")
-                pending.append((req, spec))
+                pending.append((req, spec, planned))
     store.ensure_writable()
     jobs, seen = [], set()
-    for req, spec in pending:
+    for req, spec, planned in pending:
         if spec.data not in _CORPORA:
             t0 = time.perf_counter()
             corpus = corpus_for(spec.data, req.progress)
@@ -294,10 +295,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
             continue
         seen.add(model_id)
         weights = final_weights_hash(checkpoint_root(store) / model_id)
-        expected = {s: expected_run_id(spec, corpus.fingerprint, s, req.suite_overrides.get(s), req.device, weights)
-                    for s in req.suites}
-        overrides = {s: dict(req.suite_overrides.get(s) or {}) for s in req.suites}
-        jobs.append(ModelJob(spec, model_id, tuple(req.suites), overrides, expected, req.options()))
+        jobs.append(ModelJob(spec, model_id, plan_runs(spec, corpus.fingerprint, planned, weights), req.options()))
     return jobs
 
 
@@ -333,7 +331,7 @@ def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> l
 
 def job_is_complete(job: ModelJob, store: ResultsStore) -> bool:
     """True when every suite's run of this model is already in the store (and nothing is forced)."""
-    return not job.options.force and all(rid is not None and store.has_run(rid) for rid in job.expected.values())
+    return not job.options.force and all(r.run_id is not None and store.has_run(r.run_id) for r in job.runs)
 
 
 def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
@@ -373,32 +371,26 @@ def execute_job(job: ModelJob, store_root: str) -> JobOutcome:
         label += f" ({result.tokens_per_s:,.0f} tokens/s, final loss {result.final_loss:.3f}{resumed})"
     outcome.phases.append((label, time.perf_counter() - t0))
     loaded = None  # the trained model, loaded (and its identity verified) once for all of the job's suites
-    eval_options = EvalOptions(opts.device, opts.kernel, opts.force, opts.progress, opts.skip_gate, aggregate=False,
-                               grid=True)  # the grid aggregates once, at its end
-    for suite in job.suites:
+    eval_options = EvalOptions(opts.kernel, opts.force, opts.progress, opts.skip_gate, aggregate=False)
+    for run in job.runs:  # the grid aggregates once, at its end
         t0 = time.perf_counter()
-        expected = job.expected.get(suite)
-        if expected is not None and not opts.force and store.has_run(expected):  # nothing to load for it
-            outcome.runs[suite] = expected
-            outcome.phases.append((f"eval {suite} on {spec.model.mixer} seed {spec.train.seed} (already in the store)",
-                                   time.perf_counter() - t0))
+        name = f"eval {run.suite} on {spec.model.mixer} seed {spec.train.seed}"
+        if run.run_id is not None and not opts.force and store.has_run(run.run_id):  # nothing to load for it
+            outcome.runs[run.suite] = run.run_id
+            outcome.phases.append((f"{name} (already in the store)", time.perf_counter() - t0))
             continue
         try:  # one suite's failure (a bug in it, or a mixer it cannot score) must not cost the model's others
             if loaded is None:
                 loaded = load_model(out, opts.device)
-            ev = evaluate(out, suite, store, job.suite_overrides.get(suite), eval_options, corpus=corpus,
-                          gate=job.gate, loaded=loaded)
+            ev = evaluate(out, run, store, eval_options, corpus=corpus, gate=job.gate, loaded=loaded)
         except Exception as exc:  # noqa: BLE001 - recorded with its traceback, reported by the grid
-            outcome.failures.append(JobFailure(f"{job.label} / {suite}", failure_text(exc)))
-            outcome.phases.append((f"eval {suite} on {spec.model.mixer} seed {spec.train.seed} (FAILED)",
-                                   time.perf_counter() - t0))
+            outcome.failures.append(JobFailure(f"{job.label} / {run.suite}", failure_text(exc)))
+            outcome.phases.append((f"{name} (FAILED)", time.perf_counter() - t0))
             continue
-        outcome.runs[suite] = ev.run_id
+        outcome.runs[run.suite] = ev.run_id
         if not ev.skipped:
-            outcome.written.append(suite)
-        note = " (already in the store)" if ev.skipped else ""
-        name = f"eval {suite} on {spec.model.mixer} seed {spec.train.seed}{note}"
-        outcome.phases.append((name, time.perf_counter() - t0))
+            outcome.written.append(run.suite)
+        outcome.phases.append((name + (" (already in the store)" if ev.skipped else ""), time.perf_counter() - t0))
     return outcome
 
 
@@ -429,7 +421,7 @@ def run_requests(
     report.jobs = len(jobs)
     todo = []
     for job in jobs:
-        report.run_ids.update(rid for rid in job.expected.values() if rid is not None)
+        report.run_ids.update(r.run_id for r in job.runs if r.run_id is not None)
         if job_is_complete(job, store):
             report.skipped += 1
             report.add(f"{job.label}: every suite already in the store", 0.0)

@@ -14,6 +14,7 @@ import torch
 from harness.config import BackboneConfig, ModelSpec
 from harness.conformance import GateConfig, run_checks
 from harness.errors import ConfigError, MixbenchError
+from harness.planned import PlannedRun
 from harness.evaluate import EvalOptions, evaluate
 from harness.plan import plan_from_dict
 from harness.registry import MIXERS, control_mixers, register_mixer
@@ -111,7 +112,7 @@ def test_ignoring_the_context_never_wins_the_robustness_score(none_checkpoint, a
     config = {"pairs_per_slice": 30, "bootstrap": 200, "samples_per_slice": 0}
     metrics = {}
     for name, ckpt in (("none", none_checkpoint), ("attention", attention_checkpoint)):
-        out = evaluate(ckpt, "robustness", store, config, EvalOptions(progress=False))
+        out = evaluate(ckpt, PlannedRun.make("robustness", config), store, EvalOptions(progress=False))
         record = store.read_run(out.run_id)
         metrics[name] = {m.name: m for m in record.metrics}
         assert record.manifest.suite_info["selectivity"]["matched_sentences"] >= 20
@@ -134,7 +135,7 @@ def test_ignoring_the_context_never_wins_the_robustness_score(none_checkpoint, a
 def test_a_control_has_no_units_which_is_not_zero(none_checkpoint, tmp_path):
     store = ResultsStore(tmp_path / "results")
     config = {"parts": "units,null", "profile_tokens": 1024, "window": 64, "bootstrap": 20, "random_sets": 2}
-    out = evaluate(none_checkpoint, "interpretability", store, config, EvalOptions(progress=False))
+    out = evaluate(none_checkpoint, PlannedRun.make("interpretability", config), store, EvalOptions(progress=False))
     record = store.read_run(out.run_id)
     metrics = {m.name: m for m in record.metrics}
     for name in ("coherence", "themes", "coverage", "dead_frac"):

@@ -158,7 +158,7 @@ def test_driver_predicts_the_run_ids_evaluate_writes(local_grid):
     plan_path, store_dir = local_grid
     store = ResultsStore(store_dir)
     jobs = plan_jobs(load_plan(plan_path).requests("cpu", progress=False), store, PhaseTimer(echo=False))
-    predicted = {rid for job in jobs for rid in job.expected.values()}
+    predicted = {run.run_id for job in jobs for run in job.runs}
     assert predicted == {r.run_id for r in store.iter_runs(samples=False)}
 
 

@@ -16,6 +16,7 @@ from harness.checkpoint import load_model
 from harness.data import Document, load_corpus
 from harness.storage import cache_dir
 from harness.errors import ConfigError, MixbenchError
+from harness.planned import PlannedRun
 from harness.evaluate import EvalOptions, evaluate
 from harness.registry import SUITES
 from harness.results import ResultsStore
@@ -396,7 +397,7 @@ SMALL = {"pairs_per_slice": 6, "bootstrap": 50, "samples_per_slice": 2}
 def test_suite_end_to_end_on_both_mixers(protot_checkpoint, attention_checkpoint, tmp_path):
     store = ResultsStore(tmp_path / "results")
     runs = {
-        name: evaluate(ckpt, "robustness", store, SMALL, EvalOptions(progress=False))
+        name: evaluate(ckpt, PlannedRun.make("robustness", SMALL), store, EvalOptions(progress=False))
         for name, ckpt in (("protot", protot_checkpoint), ("attention", attention_checkpoint))
     }
     records = {name: store.read_run(out.run_id) for name, out in runs.items()}
@@ -472,8 +473,8 @@ def test_repeated_pairs_are_one_cluster_and_the_file_reports_its_duplicate_rate(
     for copies in (1, 10):
         path = tmp_path / f"bench{copies}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows * copies), encoding="utf-8")
-        out = evaluate(attention_checkpoint, "robustness", store, {"pairs_file": str(path), "bootstrap": 200},
-                       EvalOptions(progress=False))
+        run = PlannedRun.make("robustness", {"pairs_file": str(path), "bootstrap": 200})
+        out = evaluate(attention_checkpoint, run, store, EvalOptions(progress=False))
         records[copies] = store.read_run(out.run_id)
     printed = capsys.readouterr().err
     assert "bench10.jsonl: 60 lines, 6 unique pairs (duplicate rate 90.0%" in printed and "synonym 3/30" in printed
@@ -510,17 +511,13 @@ def test_suite_scores_a_user_pair_file(attention_checkpoint, tmp_path):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     store = ResultsStore(tmp_path / "results")
-    out = evaluate(
-        attention_checkpoint, "robustness", store, {"pairs_file": str(path), "bootstrap": 20},
-        EvalOptions(progress=False),
-    )
+    run = PlannedRun.make("robustness", {"pairs_file": str(path), "bootstrap": 20})
+    out = evaluate(attention_checkpoint, run, store, EvalOptions(progress=False))
     record = store.read_run(out.run_id)
     names = {m.name for m in record.metrics}
     assert {"jsd_final/synonym", "jsd_final/morphology", "jsd_final/gender", "jsd_final/mean"} <= names
     assert record.manifest.suite_info["robustness_slices"] == ["synonym", "morphology"]
     assert record.manifest.suite_info["sensitivity_slices"] == ["gender"]
     with pytest.raises(ConfigError, match="does not exist"):
-        evaluate(
-            attention_checkpoint, "robustness", store, {"pairs_file": str(tmp_path / "nope.jsonl")},
-            EvalOptions(progress=False),
-        )
+        missing = PlannedRun.make("robustness", {"pairs_file": str(tmp_path / "nope.jsonl")})
+        evaluate(attention_checkpoint, missing, store, EvalOptions(progress=False))

@@ -267,13 +267,11 @@ def _rating_identity(mixer: str, pool: Pool, judge_id: str, template: Template, 
                      cfg: ArenaConfig) -> Identity:
     """The rating run's identity (:func:`harness.identity.run_identity`): the rated model, the suite and its config,
     and as the suite's inputs the pool's generation runs, the judge, the template, the verdict mode, the protocol."""
-    from harness.evaluate import with_subject
-
     gen = pool.runs[mixer].manifest
     subject = Identity(gen.subject.id, dict(gen.identity.get("subject_parts") or {}))
     inputs = {"kind": "judge-rating", "pool": {m: r.run_id for m, r in pool.runs.items()}, "judge": judge_id,
               "template": template.hash, "mode": mode, "protocol": cfg.protocol()}
-    return with_subject(run_identity(subject, "judge", gen.suite_config, extra=inputs), subject)
+    return run_identity(subject, "judge", gen.suite_config, extra=inputs)
 
 
 def _outcomes(comparisons: list[Comparison], cache: ReplyCache,

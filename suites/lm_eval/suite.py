@@ -288,14 +288,16 @@ def _command(args) -> int:
     """``mixbench lm-eval``: the same as ``mixbench eval --suite lm-eval`` with the task options as flags."""
     from harness.devices import resolve_device
     from harness.evaluate import EvalOptions, evaluate
+    from harness.planned import PlannedRun
     from harness.results import ResultsStore
 
     overrides = {"include_path": args.include_path, "limit": args.limit, "num_fewshot": args.num_fewshot,
                  "batch_size": args.batch_size}
     # --tasks is always passed on, empty or not: `--tasks ""` must fail, never fall back to the default task
     overrides = {"tasks": args.tasks, **{k: v for k, v in overrides.items() if v not in (None, "")}}
-    options = EvalOptions(device=resolve_device(args.device), force=args.force, skip_gate=args.skip_gate)
-    outcome = evaluate(args.checkpoint, "lm-eval", ResultsStore(args.results), overrides, options)
+    run = PlannedRun.make("lm-eval", overrides, device=resolve_device(args.device))
+    options = EvalOptions(force=args.force, skip_gate=args.skip_gate)
+    outcome = evaluate(args.checkpoint, run, ResultsStore(args.results), options)
     if outcome.skipped:
         print(f"run {outcome.run_id} (lm-eval) is already in {args.results}; nothing to do (--force reruns).")
     else:
