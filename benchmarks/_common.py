@@ -19,7 +19,7 @@ def load_average() -> str:
 def machine_line() -> str:
     import torch
 
-    from harness.provenance import threading_policy
+    from harness.store.provenance import threading_policy
 
     policy = threading_policy()
     return (f"torch {torch.__version__}, {os.cpu_count()} cores, {policy['threads']} intra-op / "
@@ -39,7 +39,7 @@ def build(mixer: str, backbone, kernel: str | None = None, mixer_config: dict | 
     """A model of ``mixer`` on ``backbone`` (seed 0) on the CPU, on ``kernel`` (None: the mixer's CPU default)."""
     import torch
 
-    from harness.backbone import build_model
+    from harness.model.backbone import build_model
     from harness.config import ModelSpec
 
     model = build_model(ModelSpec(mixer, mixer_config or {}, backbone), seed=0)

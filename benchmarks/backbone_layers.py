@@ -1,5 +1,5 @@
 """The backbone's compiled layers against their torch paths, side by side: RMSNorm and SwiGLU's activation
-(forward + backward, :mod:`harness.backbone_kernels`), the head's softmax (:mod:`harness.lm_head`), the fused
+(forward + backward, :mod:`harness.model.backbone_kernels`), the head's softmax (:mod:`harness.model.lm_head`), the fused
 AdamW step, then whole training steps of one mixer with all of them against none of them.
 
 Shapes: a preset's (default quick: d_model 128, SwiGLU width 336, the preset's batch; docs/cpu_kernels.md's
@@ -20,9 +20,9 @@ import harness  # noqa: F401  (first: the threading policy is set before torch l
 import torch
 
 import _common
-from harness import backbone_kernels, lm_head
+from harness.model import backbone_kernels, lm_head
 from harness.timing import Candidate, interleaved
-from harness.training import adamw, lm_loss, param_groups
+from harness.running.training import adamw, lm_loss, param_groups
 
 
 def main() -> None:

@@ -23,13 +23,13 @@ import harness  # noqa: F401  (the threading policy before torch loads)
 import numpy as np
 
 from harness import stats
-from harness.checkpoint import load_model
+from harness.model.checkpoint import load_model
 from harness.config import content_hash
 from harness.registry import SUITES
-from harness.runner import corpus_for
-from harness.specs import bind_vocab, make_run_spec
+from harness.running.runner import corpus_for
+from harness.model.specs import bind_vocab, make_run_spec
 from harness.suite import SuiteContext
-from harness.training import train
+from harness.running.training import train
 
 #: name -> (backbone, train, data) overrides of preset quick
 RECIPES: dict[str, tuple[dict, dict, dict]] = {

@@ -30,7 +30,7 @@ import harness  # noqa: F401  (first: the threading policy is set before torch l
 import torch
 from torch import nn
 
-from harness.backbone import build_model
+from harness.model.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec, get_preset
 from harness.timing import Candidate, interleaved
 

@@ -4,7 +4,7 @@ Why: the throughput grid times one training step at batch 1 on random tokens; th
 does at the preset's real shape (paper-small: d_model 256, 6 layers, context 256, vocab 16384, batch 32), so its
 tokens/s is the one a training run gets. It goes through the project's own code: the run spec
 (``make_run_spec`` / ``bind_vocab``), the embedded corpus and its tokenizer (``load_corpus``; a 16384-id BPE is
-trained and cached under $MIXBENCH_CACHE on first use), ``build_model``, and the step of ``harness/training.py``
+trained and cached under $MIXBENCH_CACHE on first use), ``build_model``, and the step of ``harness/running/training.py``
 (``param_groups`` + fused ``adamw``, the ``lr_at`` schedule, ``lm_loss`` under bf16 autocast on CUDA, gradient
 clipping). No validation and no checkpoint is written: only the optimizer steps are timed, the batches
 (``Corpus.train_batch``, the same ones ``train`` would see) are put on the device before the clock starts.
@@ -38,10 +38,10 @@ import harness  # noqa: F401  (first: the threading policy is set before torch l
 import torch
 
 from gpu_throughput import error_text  # a sibling script (this folder is on sys.path)
-from harness.backbone import build_model
-from harness.data import load_corpus
-from harness.specs import bind_vocab, make_run_spec
-from harness.training import adamw, estimate_train_flops, lm_loss, lr_at, param_groups
+from harness.model.backbone import build_model
+from harness.corpus.data import load_corpus
+from harness.model.specs import bind_vocab, make_run_spec
+from harness.running.training import adamw, estimate_train_flops, lm_loss, lr_at, param_groups
 
 MIXERS = "protot,attention,mamba,deltanet"
 _CORPORA: dict = {}  # one corpus (and tokenizer) per data config, shared by the mixers
@@ -68,7 +68,7 @@ def peak_flops(device: torch.device, override_tflops: float | None) -> tuple[flo
             if key in name.lower():
                 return tflops * 1e12, f"datasheet dense bf16 ({name})"
         return _measured_matmul(device, torch.bfloat16, 8192), f"MEASURED bf16 matmul (no datasheet entry for {name})"
-    # the CPU trains in fp32 (autocast is CUDA-only in harness/training.py), so its reference is an fp32 matmul
+    # the CPU trains in fp32 (autocast is CUDA-only in harness/running/training.py), so its reference is an fp32 matmul
     return _measured_matmul(device, torch.float32, 1024), "MEASURED fp32 matmul (cpu: no datasheet figure)"
 
 
@@ -99,7 +99,7 @@ def train_one(row: dict, args, device: torch.device, peak: float) -> None:
     overrides = {"max_train_docs": args.max_train_docs} if args.max_train_docs else None
     train_overrides = {"batch_size": args.batch_size} if args.batch_size else None
     spec = make_run_spec(mixer, args.preset, train_overrides=train_overrides, data_overrides=overrides)
-    # as harness.runner.corpus_for does, without importing the runner: its results store needs packages (fsspec
+    # as harness.running.runner.corpus_for does, without importing the runner: its results store needs packages (fsspec
     # and the like) that a bare GPU machine may lack, and training needs none of them
     if spec.data not in _CORPORA:
         _CORPORA[spec.data] = load_corpus(spec.data, progress=False)

@@ -1,5 +1,5 @@
 """The vocabulary head and its loss, forward + backward, side by side: autograd through the materialised logits
-and ``F.cross_entropy`` against the fused head of :mod:`harness.lm_head` at several block sizes, then whole
+and ``F.cross_entropy`` against the fused head of :mod:`harness.model.lm_head` at several block sizes, then whole
 training steps of one mixer with each head.
 
 Shapes: the quick preset's (d_model 128; vocabulary and batch from the preset: docs/cpu_kernels.md's figures were
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 
 import _common
-from harness import lm_head
-from harness.batching import IGNORE_INDEX
+from harness.model import lm_head
+from harness.model.batching import IGNORE_INDEX
 from harness.timing import Candidate, interleaved
-from harness.training import adamw, lm_loss, param_groups
+from harness.running.training import adamw, lm_loss, param_groups
 
 
 def main() -> None:

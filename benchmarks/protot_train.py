@@ -18,10 +18,10 @@ import harness  # noqa: F401  (first: the threading policy is set before torch l
 import torch
 
 import _common
-from harness.backbone import build_model
+from harness.model.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec, get_preset
 from harness.timing import Candidate, interleaved
-from harness.training import adamw, lm_loss, param_groups
+from harness.running.training import adamw, lm_loss, param_groups
 
 PEAK_N = 1024
 

@@ -19,7 +19,7 @@ import torch
 
 import _common
 from harness.timing import Candidate, interleaved
-from harness.training import adamw, lm_loss, param_groups
+from harness.running.training import adamw, lm_loss, param_groups
 
 DEFAULT = "protot,attention,mamba:cpu-scan,mamba,deltanet:naive-chunk,deltanet"
 

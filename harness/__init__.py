@@ -1,9 +1,9 @@
 """mixbench core: registry, configs, backbone, training, data, results store, leaderboard, CLI."""
 
-from harness.provenance import choose_threading_policy
+from harness.store.provenance import choose_threading_policy
 
 # OpenMP reads its wait policy once, when torch loads it: choose it before anything imports torch (a short spin,
-# then sleep; a user's own setting wins; worker processes get theirs from harness.executors).
+# then sleep; a user's own setting wins; worker processes get theirs from harness.running.executors).
 choose_threading_policy()
 
 import importlib

@@ -13,9 +13,9 @@ import time
 import warnings
 from pathlib import Path
 
-from harness.devices import resolve_device
+from harness.model.devices import resolve_device
 from harness.errors import MixbenchError
-from harness.plan_commands import add_executor_args, add_nightly_parser
+from harness.running.plan_commands import add_executor_args, add_nightly_parser
 
 
 def _common(results: bool = True) -> argparse.ArgumentParser:
@@ -192,8 +192,8 @@ def _suite_commands(sub, index: list[list[str]] | None = None) -> None:
 
 
 def suite_command_index(plugins: list[str]) -> list[list[str]]:
-    """[name, help] of every suite's subcommand, from the listing cache (:mod:`harness.listings`)."""
-    from harness.listings import cached
+    """[name, help] of every suite's subcommand, from the listing cache (:mod:`harness.reporting.listings`)."""
+    from harness.reporting.listings import cached
 
     def compute() -> list[list[str]]:
         from harness.registry import SUITES
@@ -206,7 +206,7 @@ def suite_command_index(plugins: list[str]) -> list[list[str]]:
 def suite_command_help(name: str, plugins: list[str]) -> str:
     """``mixbench NAME --help`` for a suite's subcommand, from the listing cache: building its parser imports the
     suite (and torch), which a request for help should not wait for."""
-    from harness.listings import cached
+    from harness.reporting.listings import cached
 
     def compute() -> str:
         parser = build_parser()
@@ -278,7 +278,7 @@ def _train_overrides(args: argparse.Namespace) -> dict:
 
 
 def cmd_mixers(args: argparse.Namespace) -> int:
-    from harness.listings import cached, printed
+    from harness.reporting.listings import cached, printed
 
     print(cached(f"mixers-{args.config or ''}", args.plugin, printed(lambda: _list_mixers(args))), end="")
     return 0
@@ -318,7 +318,7 @@ def _describe_mixer(entry) -> None:
 
 
 def cmd_suites(args: argparse.Namespace) -> int:
-    from harness.listings import cached, printed
+    from harness.reporting.listings import cached, printed
 
     print(cached(f"suites-{','.join(args.names)}", args.plugin, printed(lambda: _list_suites(args))), end="")
     return 0
@@ -347,9 +347,9 @@ def _check_output_file(path: Path, option: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness.conformance import GateConfig, run_checks
+    from harness.model.conformance import GateConfig, run_checks
     from harness.registry import MIXERS
-    from harness.specs import parse_assignments
+    from harness.model.specs import parse_assignments
 
     config = parse_assignments(args.mixer_config)
     MIXERS.get(args.mixer).make_config(config)
@@ -358,7 +358,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     gate_config = build_config(GateConfig, {k: v for k, v in gate.items() if v is not None}, "check")
     from harness.config import BackboneConfig, ModelSpec, get_preset
-    from harness.gate import store_verdict
+    from harness.model.gate import store_verdict
 
     preset = get_preset(args.preset)
     spec = ModelSpec(args.mixer, config, BackboneConfig(vocab_size=preset.vocab_size, **preset.backbone))
@@ -372,9 +372,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from harness.data import load_corpus
-    from harness.specs import bind_vocab, make_run_spec, parse_assignments
-    from harness.training import train
+    from harness.corpus.data import load_corpus
+    from harness.model.specs import bind_vocab, make_run_spec, parse_assignments
+    from harness.running.training import train
 
     backbone = {"context": args.context} if args.context else {}
     spec = make_run_spec(
@@ -382,13 +382,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         {**_train_overrides(args), "seed": args.seed}, _data_overrides(args),
     )
     device = _device(args.device)
-    from harness.memory import check_training
+    from harness.model.memory import check_training
 
     check_training(spec.model.backbone, spec.train.batch_size, device, f"training {args.mixer}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise MixbenchError(f"--out {out} is a file; pass a folder for the checkpoint.")
-    from harness.distributed import main_first, session
+    from harness.running.distributed import main_first, session
 
     with session(device) as (dist, device):  # under torchrun: join the process group, DDP over the ranks
         main_rank = dist is None or dist.is_main
@@ -413,10 +413,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from harness.evaluate import EvalOptions, evaluate
-    from harness.planned import PlannedRun
-    from harness.results import ResultsStore
-    from harness.specs import parse_assignments
+    from harness.running.evaluate import EvalOptions, evaluate
+    from harness.running.planned import PlannedRun
+    from harness.store.results import ResultsStore
+    from harness.model.specs import parse_assignments
 
     if (args.checkpoint is None) == (args.mixer is None):
         raise MixbenchError("eval needs --checkpoint DIR, or --mixer NAME for a suite that trains its own models.")
@@ -429,7 +429,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"run {outcome.run_id} ({args.suite}) is already in {args.results}; nothing to do (--force reruns).")
     else:
         print(f"run {outcome.run_id} ({args.suite}) written to {args.results} in {outcome.seconds:.1f} s")
-    from harness.run_report import run_summary
+    from harness.reporting.run_report import run_summary
 
     print(run_summary(store.read_run(outcome.run_id, samples=False)))
     print(f"(every metric and the provenance: mixbench show {outcome.run_id} --results {args.results})")
@@ -440,9 +440,9 @@ def _run_grid(
     args: argparse.Namespace, mixers: list[str], suites: list[str], seeds: list[int],
     suite_overrides: dict[str, dict] | None = None, keep_going: bool = False, controls: list[str] | None = None,
 ) -> int:
-    from harness.results import ResultsStore
-    from harness.runner import GridRequest, run_grid
-    from harness.specs import parse_assignments
+    from harness.store.results import ResultsStore
+    from harness.running.runner import GridRequest, run_grid
+    from harness.model.specs import parse_assignments
 
     req = GridRequest(
         preset=args.preset,
@@ -463,7 +463,7 @@ def _run_grid(
         controls=controls,
     )
     store = ResultsStore(args.results)
-    from harness.plan_commands import executor_from_args
+    from harness.running.plan_commands import executor_from_args
 
     with executor_from_args(args) as executor:
         timer = run_grid(req, store, executor, keep_going=getattr(args, "keep_going", keep_going))
@@ -473,12 +473,12 @@ def _run_grid(
 
 def cmd_run(args: argparse.Namespace) -> int:
     if args.plan is not None:
-        from harness.plan_commands import check_no_grid_flags, cmd_run_plan
+        from harness.running.plan_commands import check_no_grid_flags, cmd_run_plan
 
         check_no_grid_flags(args, build_parser().parse_args(["run"]))
         return cmd_run_plan(args)
     if args.mixers is None:
-        from harness.quickstart import quickstart_mixers
+        from harness.running.quickstart import quickstart_mixers
 
         args.mixers = ",".join(quickstart_mixers())
     if args.mixer_config and len(_csv(args.mixers)) != 1:
@@ -496,7 +496,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _suite_overrides(items: list[str], suites: list[str]) -> dict[str, dict]:
     """``--suite-config SUITE.KEY=VALUE ...`` as {suite: {key: value}}; a bare ``KEY=VALUE`` belongs to the one
     suite of ``--suites`` (with several, it must name its suite)."""
-    from harness.specs import parse_assignments
+    from harness.model.specs import parse_assignments
 
     out: dict[str, dict] = {}
     for item in items:
@@ -517,23 +517,23 @@ def _suite_overrides(items: list[str], suites: list[str]) -> dict[str, dict]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from harness.results import ResultsStore
-    from harness.run_report import show_text
+    from harness.store.results import ResultsStore
+    from harness.reporting.run_report import show_text
 
     print(show_text(ResultsStore(args.results), args.run_id))
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.results import ResultsStore
-    from harness.run_report import compare_text
+    from harness.store.results import ResultsStore
+    from harness.reporting.run_report import compare_text
 
     print(compare_text(ResultsStore(args.results), args.a, args.b, _csv(args.suites) if args.suites else None, args.all))
     return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from harness.leaderboard import leaderboard_text
+    from harness.reporting.leaderboard import leaderboard_text
 
     if args.output:
         _check_output_file(Path(args.output), "--output")
@@ -549,14 +549,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from harness.plan_commands import cmd_nightly as run_nightly
+    from harness.running.plan_commands import cmd_nightly as run_nightly
 
     return run_nightly(args)
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from harness.publish import publish_site
-    from harness.results import ResultsStore
+    from harness.reporting.publish import publish_site
+    from harness.store.results import ResultsStore
 
     site = publish_site(ResultsStore(args.results), Path(args.out), force=args.force)
     print(f"site written to {site}; open {site / 'index.html'}")
@@ -564,8 +564,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from harness.leaderboard import leaderboard_text
-    from harness.quickstart import quickstart_mixers, quickstart_suites
+    from harness.reporting.leaderboard import leaderboard_text
+    from harness.running.quickstart import quickstart_mixers, quickstart_suites
 
     suites = quickstart_suites()
     # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1

@@ -126,7 +126,7 @@ class DataConfig:
     """Where text comes from and how it is tokenised (docs/DESIGN.md §4).
 
     ``source`` is ``embedded`` (the public-domain corpus shipped with the project), a local file or folder of
-    text / json(l) / parquet, or a hub dataset name (``hub:NAME`` or ``NAME`` with ``/``); see harness.data.
+    text / json(l) / parquet, or a hub dataset name (``hub:NAME`` or ``NAME`` with ``/``); see harness.corpus.data.
     """
 
     source: str = "embedded"
@@ -276,6 +276,6 @@ class RunSpec:
 
     @property
     def train_id(self) -> str:
-        from harness.identity import spec_identity
+        from harness.store.identity import spec_identity
 
         return spec_identity(self.to_json())

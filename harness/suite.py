@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from harness.stats import Interval
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.backbone import MixerLM
-    from harness.data import Corpus
-    from harness.manifest import RunManifest
-    from harness.results import ResultsStore, RunRecord
+    from harness.model.backbone import MixerLM
+    from harness.corpus.data import Corpus
+    from harness.store.manifest import RunManifest
+    from harness.store.results import ResultsStore, RunRecord
 
 #: what a metric is for on the board: ``score`` votes in ranks and tie groups; ``baseline`` is a floor or
 #: chance level that describes the data (unigram perplexity, the majority-class rate); ``speed`` is the other
@@ -191,7 +191,7 @@ class SuiteResult:
 @dataclass(frozen=True)
 class AggregateRun:
     """A run a suite's cross-run step (:meth:`Suite.aggregate`) made, for the core to write: suites never write to
-    the store themselves (one write path, :func:`harness.evaluate.write_aggregate`). ``replace``: overwrite a run
+    the store themselves (one write path, :func:`harness.running.evaluate.write_aggregate`). ``replace``: overwrite a run
     already in the store (a rating recomputed from a pool that changed)."""
 
     run_id: str
@@ -287,7 +287,7 @@ class Suite:
     def aggregate(self, store: "ResultsStore", progress: bool) -> list[AggregateRun]:
         """Work across runs once this suite's runs are in ``store`` (the judge rates all mixers' generations
         together); called after ``evaluate`` and once at the end of a grid. It reads the store and returns the
-        runs it made, which the core writes (:func:`harness.evaluate.write_aggregate`). Default: nothing."""
+        runs it made, which the core writes (:func:`harness.running.evaluate.write_aggregate`). Default: nothing."""
         return []
 
     @classmethod

@@ -4,7 +4,7 @@ for a batch of small [C, C] matrices (:mod:`mixers.delta_rule_cpu`).
 Why: ``torch.linalg.solve_triangular`` against the identity costs about 5 us per 32 x 32 matrix here (LAPACK's
 per-matrix setup dominates at this size): 2.6 ms of the 14 ms forward of one DeltaNet layer at preset quick.
 Forward substitution, row ``i`` of the inverse being ``e_i - sum_{j<i} A_ij T_j`` over rows already final, is
-``C^3 / 6`` multiply-adds in vectorised loops that stay in L1. Built with :class:`harness.compiled.CompiledLibrary`
+``C^3 / 6`` multiply-adds in vectorised loops that stay in L1. Built with :class:`harness.model.compiled.CompiledLibrary`
 (on torch's OpenMP threads); without a compiler, or off fp32 CPU, the caller uses ``solve_triangular``.
 """
 
@@ -14,7 +14,7 @@ import ctypes
 
 import torch
 
-from harness.compiled import CompiledLibrary, pointer
+from harness.model.compiled import CompiledLibrary, pointer
 
 SOURCE = r"""
 #include <string.h>

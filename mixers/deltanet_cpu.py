@@ -8,7 +8,7 @@ goes to the number of tensor passes and copies rather than to arithmetic (docs/c
   convolution + SiLU over all their channels (the compiled loop of :mod:`mixers.selective_scan_c` where a C
   compiler is available, else ``F.conv1d``), instead of three of each;
 * q and k are l2-normalised per head as fla's kernels do in-kernel (``x / sqrt(|x|^2 + 1e-6)``), and the output
-  norm is an RMSNorm per head: both one fused pass each way (:func:`harness.backbone_kernels.rms_norm`);
+  norm is an RMSNorm per head: both one fused pass each way (:func:`harness.model.backbone_kernels.rms_norm`);
 * the delta rule is :func:`mixers.delta_rule_cpu.chunk_delta_rule` in fla's own [B, T, H, K] layout, with a
   state carried in and out, so training, prefill and decode all take this path;
 * the output norm is fla's RMSNorm or gated RMSNorm over each head, then ``o_proj`` (called as the module, so the
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.backbone_kernels import rms_norm
+from harness.model.backbone_kernels import rms_norm
 
 #: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
 L2_EPS = 1e-6

@@ -17,7 +17,7 @@ outputs and the decay's per-position terms.
   gradient needs, summed over the value columns in the same pass.
 
 Layouts are contiguous float32: [B, T, R] per position, [B, n, R, m] per chunk. The loops run on torch's own
-OpenMP threads (:mod:`harness.compiled`), over (sequence, channel block) pairs. Inside them denormal floats are
+OpenMP threads (:mod:`harness.model.compiled`), over (sequence, channel block) pairs. Inside them denormal floats are
 flushed to zero, as ``torch.set_flush_denormal(True)`` does for the rest of the kernel (a mass or state below
 1e-38 reads as 0; a mass that small is floored anyway). The masses and their adjoint are carried in double: in
 fp32 a sequential sum over ~1 / (1 - beta) positions loses that many roundings (1e-5 relative at beta = 0.999,
@@ -30,7 +30,7 @@ import ctypes
 
 import torch
 
-from harness.compiled import CompiledLibrary, pointer
+from harness.model.compiled import CompiledLibrary, pointer
 
 SOURCE = r"""
 #include <math.h>

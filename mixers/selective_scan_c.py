@@ -6,9 +6,9 @@ memory each); as one loop per sequence, with the [D, N] state of one sequence in
 vectorised, the whole scan costs about what reading its inputs costs (docs/cpu_kernels.md).
 
 The source below is compiled once per machine (``cc -O3 -ffast-math -march=native``, about a second, by
-:class:`harness.compiled.CompiledLibrary`) and loaded with ctypes; torch tensors are passed by pointer (float32,
+:class:`harness.model.compiled.CompiledLibrary`) and loaded with ctypes; torch tensors are passed by pointer (float32,
 contiguous, time-major). Sequences (or channel blocks, for a single sequence) run in parallel on torch's own
-OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`harness.compiled`).
+OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`harness.model.compiled`).
 :func:`available` is False where there is no compiler or the build fails; callers then use the PyTorch scan of
 :mod:`mixers.selective_scan_cpu`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
@@ -26,7 +26,7 @@ import ctypes
 
 import torch
 
-from harness.compiled import CompiledLibrary, pointer
+from harness.model.compiled import CompiledLibrary, pointer
 
 #: steps between the states the forward pass keeps for the backward pass
 SEGMENT = 32
@@ -275,7 +275,7 @@ void conv_backward(int T, int Bt, int D, int W, const float *restrict x, long xt
     free(acc); free(tmp); free(dp);
 }
 
-/* OpenMP drivers: one block of the work split per iteration, on torch's own threads (harness/compiled.py), with
+/* OpenMP drivers: one block of the work split per iteration, on torch's own threads (harness/model/compiled.py), with
    denormals flushed as torch.set_flush_denormal(True) does. blk holds (b0, b1, d0, d1) per block for the scan,
    (b0, b1) for the conv; each block's accumulators (dB and dC: nbc floats; d_wT: W * D; d_bias: D) are stacked. */
 #if defined(__SSE__)

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from harness.batching import IGNORE_INDEX, batched, collate_windows
+from harness.model.batching import IGNORE_INDEX, batched, collate_windows
 from harness.errors import ConfigError
-from harness.memory import check_forward
+from harness.model.memory import check_forward
 from harness.registry import register_suite
 from harness import stats
 from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult

@@ -6,8 +6,8 @@ import itertools
 from typing import Any
 
 from harness.config import content_hash
-from harness.manifest import GateRecord, RunManifest, Subject
-from harness.results import ResultsStore
+from harness.store.manifest import GateRecord, RunManifest, Subject
+from harness.store.results import ResultsStore
 from harness.stats import Interval
 from harness.suite import ItemValues, Metric, SuiteResult
 

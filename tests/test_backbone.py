@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.backbone import build_model, sample_next
+from harness.model.backbone import build_model, sample_next
 from harness.config import PRESETS, BackboneConfig, ModelSpec, get_preset
 from harness.errors import ConfigError
 

@@ -1,11 +1,11 @@
-"""The backbone's compiled RMSNorm and SwiGLU activation (harness.backbone_kernels) against float64 references
+"""The backbone's compiled RMSNorm and SwiGLU activation (harness.model.backbone_kernels) against float64 references
 written out here, on both paths (compiled C loops and their torch fallback)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import backbone_kernels as bk
+from harness.model import backbone_kernels as bk
 
 PATHS = [True, False]
 
@@ -76,7 +76,7 @@ def test_bad_inputs_are_errors():
 def test_the_swiglu_block_equals_its_two_projection_definition():
     """The backbone's SwiGLU (the fused activation) against
     ``down(silu(gate(x)) * up(x))`` with the same weights, gradients included."""
-    from harness.backbone import SwiGLU
+    from harness.model.backbone import SwiGLU
 
     torch.manual_seed(0)
     ffn = SwiGLU(32, 48, 0.0)

@@ -128,7 +128,7 @@ def world(protot_checkpoint, tmp_path_factory):
     make_round_two(root, protot_checkpoint, store)
     busy = root / "busy"
     holder = subprocess.Popen(  # a second process really holds the lock, as a concurrent `mixbench train` would
-        [sys.executable, "-c", "import sys; from harness.checkpoint import writer_lock\n"
+        [sys.executable, "-c", "import sys; from harness.model.checkpoint import writer_lock\n"
          f"with writer_lock({str(busy)!r}):\n    print('locked', flush=True); sys.stdin.read()"],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

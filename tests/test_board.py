@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from harness import stats
-from harness.board import BoardConfig, build_board, compare_cells
-from harness.leaderboard import board_of, leaderboard_text
-from harness.render import render
-from harness.results import ResultsStore
-from harness.table import build_table
+from harness.reporting.board import BoardConfig, build_board, compare_cells
+from harness.reporting.leaderboard import board_of, leaderboard_text
+from harness.reporting.render import render
+from harness.store.results import ResultsStore
+from harness.reporting.table import build_table
 from tests.planted import manifest, put, score, subject
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tests.adversaries as adv
-from harness.conformance import GateConfig, default_lengths, run_checks
+from harness.model.conformance import GateConfig, default_lengths, run_checks
 from harness.errors import MixbenchError
 from harness.registry import MIXERS, register_mixer
 from tests.conftest import main
@@ -113,7 +113,7 @@ def test_eval_refuses_a_failing_mixer_and_leaves_the_store_untouched(name, tmp_p
 
 
 def test_skip_gate_scores_anyway_and_says_so(tmp_path):
-    from harness.results import ResultsStore
+    from harness.store.results import ResultsStore
 
     ckpt = tmp_path / "ckpt"
     main(["train", "--plugin", "tests.adversaries", "--mixer", "_adv_batch_coupled", "--out", str(ckpt), "--preset",
@@ -144,7 +144,7 @@ def test_registering_an_existing_name_needs_override():
 
 
 def test_default_lengths_stay_within_the_memory_bound():
-    from harness.backbone import build_model
+    from harness.model.backbone import build_model
     from harness.config import BackboneConfig, ModelSpec
 
     model = build_model(ModelSpec("protot", {}, BackboneConfig(64, 2, 128, 512)), seed=0)

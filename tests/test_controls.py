@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from harness.config import BackboneConfig, ModelSpec
-from harness.conformance import GateConfig, run_checks
+from harness.model.conformance import GateConfig, run_checks
 from harness.errors import ConfigError, MixbenchError
-from harness.planned import PlannedRun
-from harness.evaluate import EvalOptions, evaluate
-from harness.plan import plan_from_dict
+from harness.running.planned import PlannedRun
+from harness.running.evaluate import EvalOptions, evaluate
+from harness.running.plan import plan_from_dict
 from harness.registry import MIXERS, control_mixers, register_mixer
-from harness.results import ResultsStore
-from harness.runner import GridRequest
+from harness.store.results import ResultsStore
+from harness.running.runner import GridRequest
 from mixers.controls import ControlConfig, NoMixing
 from tests.conftest import train_tiny
 
@@ -122,7 +122,7 @@ def test_ignoring_the_context_never_wins_the_robustness_score(none_checkpoint, a
     assert none["selectivity"].value == 0.0 and math.isnan(none["change_ratio"].value)
     assert attention["selectivity"].value > 0.1 and attention["selectivity"].interval.low > 0
     assert attention["selectivity"].chance == 0.5 and len(attention["selectivity"].items) >= 20
-    from harness.leaderboard import board_of
+    from harness.reporting.leaderboard import board_of
 
     board = board_of(store)
     rows = {r.mixer: r for r in board.table.rows}
@@ -145,7 +145,7 @@ def test_a_control_has_no_units_which_is_not_zero(none_checkpoint, tmp_path):
 
 def test_the_backbone_gate_starts_closed_and_opens_with_training():
     spec = ModelSpec("attention", {}, BackboneConfig(32, 2, 16, 64, mixer_gate=True, mixer_gate_init=0.0))
-    from harness.backbone import build_model
+    from harness.model.backbone import build_model
 
     model = build_model(spec, seed=0)
     ids = torch.randint(0, 64, (2, 12))

@@ -10,10 +10,10 @@ import json
 
 import numpy as np
 
-from harness.board import BoardConfig, CellDifference, cell_difference
-from harness.leaderboard import board_of
-from harness.render import CONTROL_MARK, render
-from harness.results import ResultsStore
+from harness.reporting.board import BoardConfig, CellDifference, cell_difference
+from harness.reporting.leaderboard import board_of
+from harness.reporting.render import CONTROL_MARK, render
+from harness.store.results import ResultsStore
 from tests.planted import manifest, put, score, subject
 
 
@@ -154,7 +154,7 @@ def test_a_control_without_a_value_neither_wins_nor_blocks(tmp_path):
 
 def test_cell_difference_without_items_is_a_z_test_on_the_intervals():
     from harness.stats import Interval
-    from harness.table import Cell
+    from harness.reporting.table import Cell
 
     a = Cell(10.0, Interval(9.0, 11.0, "normal", 0.95), 1, True)
     b = Cell(7.0, Interval(6.0, 8.0, "normal", 0.95), 1, True)

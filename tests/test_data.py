@@ -1,4 +1,4 @@
-"""harness.data and harness.tokenizer: splits, tokenizer cache, batches, eval windows, local/hub loading."""
+"""harness.corpus.data and harness.corpus.tokenizer: splits, tokenizer cache, batches, eval windows, local/hub loading."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from harness.config import DataConfig
-from harness.data import SPLITS, Corpus, Document, load_corpus, load_documents
+from harness.corpus.data import SPLITS, Corpus, Document, load_corpus, load_documents
 from harness.errors import MixbenchError
-from harness.tokenizer import Tokenizer, train_bpe
+from harness.corpus.tokenizer import Tokenizer, train_bpe
 
 UNICODE = [
     "naïve café — Ünïcödé",
@@ -127,12 +127,12 @@ def test_bpe_is_cached_and_deterministic(tmp_path, monkeypatch):
     mtime = cached.stat().st_mtime_ns
     assert train_bpe(texts, 300, tmp_path / "b").to_str() == first.to_str()  # fresh training, same JSON
 
-    import harness.tokenizer
+    import harness.corpus.tokenizer
 
     def no_training(*args, **kwargs):
         raise AssertionError("retrained despite a cached tokenizer")
 
-    monkeypatch.setattr(harness.tokenizer.trainers, "BpeTrainer", no_training)
+    monkeypatch.setattr(harness.corpus.tokenizer.trainers, "BpeTrainer", no_training)
     second = train_bpe(iter(texts), 300, tmp_path / "a")
     assert second.fingerprint == first.fingerprint and cached.stat().st_mtime_ns == mtime
     with pytest.raises(AssertionError):

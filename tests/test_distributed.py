@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.checkpoint import load_checkpoint
-from harness.distributed import DistEnv, detect
+from harness.model.checkpoint import load_checkpoint
+from harness.running.distributed import DistEnv, detect
 from harness.errors import ConfigError
 from tests.conftest import TINY_TRAIN, train_tiny
 

@@ -19,7 +19,7 @@ from torch import nn
 
 import examples.fla_gla_mixer as example
 from harness import Mixer, register_mixer, state_floats
-from harness.conformance import GateConfig, run_checks
+from harness.model.conformance import GateConfig, run_checks
 from tests.conftest import main
 
 D = 32
@@ -261,9 +261,9 @@ def test_the_example_suite_scores_a_checkpoint_with_typed_paired_metrics(protot_
     and a bad limit is named by the parser."""
     import numpy as np
 
-    from harness.checkpoint import load_checkpoint
-    from harness.data import load_corpus
-    from harness.results import ResultsStore
+    from harness.model.checkpoint import load_checkpoint
+    from harness.corpus.data import load_corpus
+    from harness.store.results import ResultsStore
 
     store = tmp_path / "store"
     args = ["eval", "--suite", "example-next-token", "--checkpoint", str(protot_checkpoint), "--results", str(store),

@@ -12,13 +12,13 @@ import torch
 from scipy import stats
 from sklearn import metrics as skm
 
-from harness.backbone import build_model
-from harness.checkpoint import load_model
+from harness.model.backbone import build_model
+from harness.model.checkpoint import load_model
 from harness.cli import main
-from harness.data import load_corpus
+from harness.corpus.data import load_corpus
 from harness.errors import ConfigError, UnknownNameError
 from harness.registry import MIXERS, SUITES
-from harness.specs import make_run_spec
+from harness.model.specs import make_run_spec
 from harness.suite import SuiteContext
 from suites.glue.config import GlueConfig
 from suites.glue.finetune import SequenceClassifier, collate

@@ -21,7 +21,7 @@ import pytest
 
 from fake_judge import FakeJudge
 from harness.cli import main
-from harness.results import ResultsStore
+from harness.store.results import ResultsStore
 from test_judge import table_judge, write_generations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_a_killed_publish_leaves_nothing_the_next_one_keeps(attention_checkpoint
                  "--no-progress", "--suite-config", "max_windows=4", "bootstrap=20"]) == 0
     killed = subprocess.Popen(  # a real publish, killed while it writes its temporary folder
         [sys.executable, "-c", textwrap.dedent(f"""
-            import os, signal, harness.publish as p
+            import os, signal, harness.reporting.publish as p
             real = p._Site.write
             def write(self):
                 real(self)

@@ -1,9 +1,9 @@
-"""Source fingerprints (harness.identity): what they cover, and that computing one imports nothing foreign."""
+"""Source fingerprints (harness.store.identity): what they cover, and that computing one imports nothing foreign."""
 
 import sys
 import textwrap
 
-from harness.identity import source_fingerprint
+from harness.store.identity import source_fingerprint
 
 
 def test_fingerprint_follows_own_package_and_never_imports_outside_ones(tmp_path, monkeypatch):

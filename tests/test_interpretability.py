@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.checkpoint import load_model
+from harness.model.checkpoint import load_model
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.mixer import Unit
@@ -725,7 +725,7 @@ def test_bad_config_fails_before_any_work(attention_checkpoint, tmp_path, capsys
 def test_projected_contributions_equal_masked_reruns_for_every_kernel(name):
     """More windows than one batch (a short last batch), every kernel: a kernel that feeds its output projection
     another layout (time-major) must not pass, nor crash on the last batch."""
-    from harness.backbone import build_model
+    from harness.model.backbone import build_model
     from harness.config import BackboneConfig, ModelSpec
     from suites.interpretability.activations import BATCH_WINDOWS
 

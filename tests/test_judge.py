@@ -19,12 +19,12 @@ from harness import stats
 from harness.cli import main
 from harness.config import content_hash
 from harness.errors import ConfigError, MixbenchError
-from harness.evaluate import store_runs
+from harness.running.evaluate import store_runs
 from harness.config import to_dict
-from harness.manifest import GateRecord, RunManifest, Subject
-from harness.table import build_table
+from harness.store.manifest import GateRecord, RunManifest, Subject
+from harness.reporting.table import build_table
 from harness.llm_judge import EndpointConfig, JudgeCallFailed, JudgeClient, Reply, ReplyCache, TokenChoice
-from harness.results import ResultsStore
+from harness.store.results import ResultsStore
 from harness.suite import SuiteResult
 from suites.judge import (
     CANARIES, ArenaConfig, Games, Judge, JudgeConfig, Template, fit_bradley_terry, judge_runs, parse_verdict, rate,

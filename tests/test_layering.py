@@ -35,6 +35,42 @@ def test_the_core_imports_no_suite_and_no_mixer():
     assert _violations("harness", lambda rel, name: name.split(".")[0] == "harness") == []
 
 
+#: the core's sub-packages in the order imports flow (docs/ARCHITECTURE.md, "The core's packages"): a module's
+#: top-level imports reach only its own package and those before it; "" is harness/ itself (the public API:
+#: errors, values, config, registry, mixer, suite, stats, timing, recording). The CLI sits above them all, and
+#: a function may import later packages lazily (the CLI's commands, a listing that loads its entry).
+CORE_ORDER = ("", "store", "llm_judge", "corpus", "model", "reporting", "running")
+
+
+def _core_layer(module: str) -> int:
+    parts = module.split(".")
+    return CORE_ORDER.index(parts[1]) if len(parts) > 2 and parts[1] in CORE_ORDER else 0
+
+
+def test_the_core_packages_import_one_way():
+    out = []
+    for path in sorted((REPO / "harness").rglob("*.py")):
+        rel = path.relative_to(REPO)
+        module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        if module in ("harness", "harness.cli"):  # the package root sets threading up; the CLI uses every layer
+            continue
+        if len(rel.parts) == 3 and rel.parts[1] in CORE_ORDER:  # harness/<package>/<module>.py
+            module_layer = CORE_ORDER.index(rel.parts[1])
+        else:
+            module_layer = _core_layer(module) if len(rel.parts) > 2 else 0
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in tree.body:  # top-level imports only
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("harness."):
+                if _core_layer(node.module) > module_layer:
+                    out.append(f"{rel}:{node.lineno} imports {node.module}, a later layer")
+    assert out == []
+    packages = [p.name for p in (REPO / "harness").iterdir() if (p / "__init__.py").is_file()]
+    assert sorted(packages) == sorted(CORE_ORDER[1:])
+    for name in packages:  # each says its job in its first line
+        doc = ast.get_docstring(ast.parse((REPO / "harness" / name / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and doc.splitlines()[0].endswith(".") and len(doc.splitlines()[0]) <= 120, name
+
+
 def test_a_suite_imports_only_the_core_and_itself():
     def allowed(rel: Path, name: str) -> bool:
         parts = name.split(".")
@@ -50,13 +86,13 @@ def test_a_mixer_imports_no_suite():
     assert _violations("mixers", lambda rel, name: name.split(".")[0] in ("harness", "mixers")) == []
 
 
-#: the store's methods that write (harness/results.py); only the core calls them
+#: the store's methods that write (harness/store/results.py); only the core calls them
 STORE_WRITES = {"write_run", "write_file", "put_file", "delete", "remove_file"}
 
 
 def test_only_the_core_writes_to_the_store():
     """Suites read the store and return typed results (their cross-run runs as ``AggregateRun``s): no suite
-    module calls a writing method of a store (harness.evaluate.evaluate / store_runs are the one write path)."""
+    module calls a writing method of a store (harness.running.evaluate.evaluate / store_runs are the one write path)."""
     calls = []
     for path in sorted((REPO / "suites").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):

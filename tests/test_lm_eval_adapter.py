@@ -17,12 +17,12 @@ import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
-from harness.checkpoint import load_checkpoint, load_model, save_checkpoint
+from harness.model.checkpoint import load_checkpoint, load_model, save_checkpoint
 from harness.cli import main
 from harness.config import DataConfig
-from harness.data import SPLITS, Corpus, Document
+from harness.corpus.data import SPLITS, Corpus, Document
 from suites.lm_eval.model import MixbenchLM
-from harness.results import ResultsStore
+from harness.store.results import ResultsStore
 from harness.suite import SuiteContext
 from suites.perplexity import Perplexity, PerplexityConfig
 
@@ -33,7 +33,7 @@ def lm(protot_checkpoint) -> MixbenchLM:
 
 
 def moby_chapters(k: int) -> list[str]:
-    with files("harness").joinpath("corpora/moby_dick.jsonl.gz").open("rb") as raw, gzip.open(raw, "rt") as f:
+    with files("harness.corpus").joinpath("corpora/moby_dick.jsonl.gz").open("rb") as raw, gzip.open(raw, "rt") as f:
         texts = [json.loads(line)["text"].strip() for line in f]
     return [t for t in texts if len(t) > 4000][:k]
 

@@ -1,11 +1,11 @@
-"""The fused vocabulary head and loss (harness.lm_head) against F.cross_entropy on the materialised logits."""
+"""The fused vocabulary head and loss (harness.model.lm_head) against F.cross_entropy on the materialised logits."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import lm_head
-from harness.batching import IGNORE_INDEX
+from harness.model import lm_head
+from harness.model.batching import IGNORE_INDEX
 
 
 def inputs(dtype, n=70, d=16, vocab=50, ignored=(3, 10, 69), seed=0):
@@ -99,7 +99,7 @@ def test_compiled_on_float64_is_an_error():
 def test_a_training_step_through_the_model_matches_the_logits_path(mixer):
     """``model(ids, targets=...)``, what training calls, against the loss of ``model(ids)``'s logits: the same
     value and the same gradient for every parameter (the tied embedding gets both of its gradients)."""
-    from harness.backbone import build_model
+    from harness.model.backbone import build_model
     from harness.config import BackboneConfig, ModelSpec
 
     model = build_model(ModelSpec(mixer, {}, BackboneConfig(vocab_size=97, d_model=32, n_layers=2, context=40)), seed=0)

@@ -12,7 +12,7 @@ import torch
 from layer_checks import assert_causal, assert_every_parameter_trains
 
 from harness import Recorder
-from harness.conformance import run_checks
+from harness.model.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config

@@ -1,4 +1,4 @@
-"""Memory checks before long work (harness/memory.py) and a child job killed by signal 9 (harness/executors.py)."""
+"""Memory checks before long work (harness/model/memory.py) and a child job killed by signal 9 (harness/running/executors.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import memory
-from harness.backbone import build_model
+from harness.model import memory
+from harness.model.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec
 from harness.errors import MixbenchError
 
@@ -99,7 +99,7 @@ def kill_self_or_wait(job: str) -> str:
 
 
 def test_a_worker_killed_by_signal_9_is_reported_as_out_of_memory():
-    from harness.executors import ProcessExecutor
+    from harness.running.executors import ProcessExecutor
 
     results = dict(ProcessExecutor(workers=1).map(kill_self_or_wait, ["victim", "bystander"]))
     assert isinstance(results["victim"], MixbenchError)

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from harness.cli import main
-from harness.nightly import compare, list_snapshots, read_snapshot, record_night, snapshot_id
-from harness.plan import NightlyPolicy, Plan, Tolerance
-from harness.results import ResultsStore
-from harness.runner import GridReport
+from harness.running.nightly import compare, list_snapshots, read_snapshot, record_night, snapshot_id
+from harness.running.plan import NightlyPolicy, Plan, Tolerance
+from harness.store.results import ResultsStore
+from harness.running.runner import GridReport
 from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
 from tests.planted import manifest, score, subject
@@ -191,8 +191,8 @@ def test_plan_nightly_twice_then_a_planted_regression(tmp_path, capsys):
 def test_publish_without_the_publisher_is_a_clear_error_before_any_work(tmp_path, capsys, monkeypatch):
     plan_file = tmp_path / "plan.yaml"
     plan_file.write_text(PLAN)
-    monkeypatch.setitem(sys.modules, "harness.publish", None)  # the module missing: cannot be caused otherwise
+    monkeypatch.setitem(sys.modules, "harness.reporting.publish", None)  # the module missing: cannot be caused otherwise
     code = main(["nightly", str(plan_file), "--results", str(tmp_path / "store"), "--publish", str(tmp_path / "site")])
     assert code == 2
-    assert "--publish needs harness.publish.publish_site" in capsys.readouterr().err
+    assert "--publish needs harness.reporting.publish.publish_site" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()

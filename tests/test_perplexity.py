@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.checkpoint import load_model
-from harness.data import load_corpus
+from harness.model.checkpoint import load_model
+from harness.corpus.data import load_corpus
 from harness.suite import SuiteContext
 from suites.perplexity import Perplexity, PerplexityConfig, position_buckets
 

@@ -13,11 +13,11 @@ import pytest
 from harness.cli import main
 from harness.config import content_hash
 from harness.errors import ConfigError, MixbenchError
-from harness.executors import ProcessExecutor, RayExecutor, make_executor
-from harness.plan import Plan, Tolerance, load_plan
-from harness.results import ResultsStore
-from harness.runner import PhaseTimer, Resources, checkpoint_root, plan_jobs, run_requests
-from harness.training import train
+from harness.running.executors import ProcessExecutor, RayExecutor, make_executor
+from harness.running.plan import Plan, Tolerance, load_plan
+from harness.store.results import ResultsStore
+from harness.running.runner import PhaseTimer, Resources, checkpoint_root, plan_jobs, run_requests
+from harness.running.training import train
 
 PLAN = """\
 name: {name}
@@ -176,7 +176,7 @@ def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path):
         if step == 20:
             raise Killed
 
-    from harness.runner import corpus_for
+    from harness.running.runner import corpus_for
 
     corpus = corpus_for(job.spec.data, False)
     with pytest.raises(Killed):  # stands in for a SIGKILL (tested in test_training): snapshot at 16 is kept
@@ -298,7 +298,7 @@ def test_editing_a_mixers_source_reruns_that_mixers_runs_and_nothing_else(tmp_pa
     (its identity's fingerprint) re-trains and re-scores the plugin's model only."""
     import sys
 
-    from harness.identity import core_fingerprint, source_fingerprint
+    from harness.store.identity import core_fingerprint, source_fingerprint
 
     pkg = tmp_path / "editable_mix"
     pkg.mkdir()
@@ -346,8 +346,8 @@ def test_a_job_loads_its_checkpoint_once_and_not_at_all_for_runs_in_the_store(tm
     with one suite's run already in the store, the job loads it once, for the other suite only, and with both,
     not at all. Each suite sees the model in eval mode with no gradients (the suite before may have
     back-propagated)."""
-    from harness import runner
-    from harness.checkpoint import load_model as real_load
+    from harness.running import runner
+    from harness.model.checkpoint import load_model as real_load
 
     loads: list[str] = []
 
@@ -376,10 +376,10 @@ def test_a_job_loads_its_checkpoint_once_and_not_at_all_for_runs_in_the_store(tm
 
 
 def test_every_identity_in_a_store_is_reproduced_by_the_one_identity_function(local_grid):
-    """Each run's id is harness.identity.run_identity of what its manifest records (the subject's id, the suite
+    """Each run's id is harness.store.identity.run_identity of what its manifest records (the subject's id, the suite
     and its full config, the device where it counts); each subject's id is trained_identity of its model
     identity and weights: no second way of hashing a run exists to disagree with it."""
-    from harness.identity import Identity, run_identity, trained_identity
+    from harness.store.identity import Identity, run_identity, trained_identity
     from harness.registry import SUITES
 
     _, store_dir = local_grid

@@ -29,11 +29,11 @@ import pytest
 
 from harness.cli import main
 from harness.errors import MixbenchError
-from harness.provenance import provenance
-from harness.publish import MARKER, publish_site
-from harness.render import validate_board_document
-from harness.results import ResultsStore
-from harness.site_html import CSP, script_json
+from harness.store.provenance import provenance
+from harness.reporting.publish import MARKER, publish_site
+from harness.reporting.render import validate_board_document
+from harness.store.results import ResultsStore
+from harness.reporting.site_html import CSP, script_json
 from harness.suite import SuiteResult
 from tests.planted import manifest, put, score, subject
 

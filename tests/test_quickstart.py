@@ -4,7 +4,7 @@ A typo in a quickstart config would otherwise surface only after minutes of trai
 """
 
 from harness.config import as_tuple
-from harness.quickstart import quickstart_mixers, quickstart_suites
+from harness.running.quickstart import quickstart_mixers, quickstart_suites
 from harness.registry import MIXERS, SUITES
 
 

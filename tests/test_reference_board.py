@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.quickstart import quickstart_mixers, quickstart_suites
+from harness.running.quickstart import quickstart_mixers, quickstart_suites
 from harness.registry import control_mixers
-from harness.render import validate_board_document
+from harness.reporting.render import validate_board_document
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 

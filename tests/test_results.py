@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import MixbenchError
-from harness.manifest import RunManifest
-from harness.redaction import REDACTED, redact
-from harness.results import ResultsStore
+from harness.store.manifest import RunManifest
+from harness.store.redaction import REDACTED, redact
+from harness.store.results import ResultsStore
 from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
 from tests.planted import payload
@@ -155,7 +155,7 @@ def test_folder_without_manifest_is_not_a_run_and_is_replaced(tmp_path):
 _WRITER = textwrap.dedent(
     """
     import sys
-    from harness.results import ResultsStore
+    from harness.store.results import ResultsStore
     from harness.suite import Metric, SuiteResult
     from tests.planted import payload
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.checkpoint import load_model
-from harness.data import Document, load_corpus
-from harness.storage import cache_dir
+from harness.model.checkpoint import load_model
+from harness.corpus.data import Document, load_corpus
+from harness.store.storage import cache_dir
 from harness.errors import ConfigError, MixbenchError
-from harness.planned import PlannedRun
-from harness.evaluate import EvalOptions, evaluate
+from harness.running.planned import PlannedRun
+from harness.running.evaluate import EvalOptions, evaluate
 from harness.registry import SUITES
-from harness.results import ResultsStore
+from harness.store.results import ResultsStore
 from harness.stats import cluster_bootstrap
 from suites.robustness import PERTURBATIONS, Pair, PairSetSpec, RobustnessConfig, build_pairs, load_pairs, perturb
 from suites.robustness.families import keyboard_typos

@@ -10,15 +10,15 @@ import re
 import numpy as np
 import pytest
 
-from harness import gate as gate_module
+from harness.model import gate as gate_module
 from harness.cli import main
 from harness.config import BackboneConfig, ModelSpec, get_preset
 from harness.errors import MixbenchError
-from harness.render import compact_cell, skewed
-from harness.results import ResultsStore
-from harness.run_report import compare_models
+from harness.reporting.render import compact_cell, skewed
+from harness.store.results import ResultsStore
+from harness.reporting.run_report import compare_models
 from harness.stats import Interval
-from harness.table import Cell
+from harness.reporting.table import Cell
 from tests.conftest import TINY_TRAIN
 from tests.planted import manifest, put, score, subject
 
@@ -37,7 +37,7 @@ def test_eval_prints_its_headline_metrics_and_show_prints_the_run(protot_checkpo
     stored = ResultsStore(results).read_run(run_id)
     ppl = stored.metric("ppl")
     line = next(x for x in out.splitlines() if x.startswith("ppl*"))
-    from harness.render import fmt
+    from harness.reporting.render import fmt
 
     assert f"[{fmt(ppl.interval.low)}, {fmt(ppl.interval.high)}] bootstrap 95%" in line
     assert len(_interval_rows(out)) >= 2  # ppl and ood_ppl at least, each with its interval and kind

@@ -13,8 +13,8 @@ import pytest
 
 from fake_judge import FakeJudge
 from harness.cli import main
-from harness.redaction import REDACTED, redact, redact_text, redact_url, url_secrets
-from harness.results import ResultsStore
+from harness.store.redaction import REDACTED, redact, redact_text, redact_url, url_secrets
+from harness.store.results import ResultsStore
 from test_judge import CANARIES, PROMPTS, table_judge, write_generations
 
 

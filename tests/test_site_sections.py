@@ -12,8 +12,8 @@ import pytest
 
 from fake_judge import FakeJudge
 from harness.cli import main
-from harness.site_html import CSP
-from harness.render import validate_board_document
+from harness.reporting.site_html import CSP
+from harness.reporting.render import validate_board_document
 
 PLAN = """\
 name: sections

@@ -1,10 +1,10 @@
-"""harness/storage.py: the one way folders are swapped in, checked on real folders."""
+"""harness/store/storage.py: the one way folders are swapped in, checked on real folders."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.storage import swap_folder
+from harness.store.storage import swap_folder
 
 
 def _folder(path, text):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import MixbenchError
-from harness.results import ResultsStore
+from harness.store.results import ResultsStore
 from harness.stats import Interval
 from harness.suite import Metric, SuiteResult
 from tests.planted import payload

@@ -14,7 +14,7 @@ import torch
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from harness.backbone import build_model
+from harness.model.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import SUITES
@@ -24,7 +24,7 @@ from suites.synthetic import mad
 from suites.synthetic.data import IGNORE, TaskData, split_rng, weighted_sample_without_replacement
 from suites.synthetic.mqar import MQARConfig, generate_mqar
 from suites.synthetic.scoring import ExampleScores, accuracy_metric, average_metric, score_split
-from harness.board import pareto_front
+from harness.reporting.board import pareto_front
 from suites.synthetic.site import site_section
 from suites.synthetic.suite import PLOT_NAME, SyntheticConfig
 from suites.synthetic.tasks import TASKS, parse_settings, unigram_mode
@@ -479,7 +479,7 @@ class FakeKit:
 
 @dataclass
 class FakeRun:
-    """What the section reads of a stored run (``harness.results.RunRecord``): id, manifest fields, metrics."""
+    """What the section reads of a stored run (``harness.store.results.RunRecord``): id, manifest fields, metrics."""
 
     run_id: str
     manifest: SimpleNamespace

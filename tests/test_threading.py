@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.executors import ProcessExecutor, RayExecutor
-from harness.runner import Resources
+from harness.running.executors import ProcessExecutor, RayExecutor
+from harness.running.runner import Resources
 
 REPO = Path(__file__).resolve().parents[1]
 _VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MIXBENCH_SET_GOMP_SPINCOUNT")
@@ -23,7 +23,7 @@ def descriptor_in_fresh_process(first: str = "harness, torch", **env: str) -> di
     """``device_descriptor('cpu')`` and the environment as a new process sees them, importing ``first`` first."""
     code = (
         f"import json, os, {first}\n"
-        "from harness.provenance import device_descriptor\n"
+        "from harness.store.provenance import device_descriptor\n"
         "print(json.dumps({'descriptor': device_descriptor('cpu'), 'env': {k: os.environ.get(k) for k in %r}}))\n"
     ) % (_VARS,)
     clean = {k: v for k, v in os.environ.items() if k not in _VARS}

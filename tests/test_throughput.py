@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.backbone import build_model
+from harness.model.backbone import build_model
 from harness.config import BackboneConfig, ModelSpec
 from harness.suite import SuiteContext
 from suites.throughput import Throughput, ThroughputConfig, analysis

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.backbone import build_model
-from harness.checkpoint import load_checkpoint, load_model
+from harness.model.backbone import build_model
+from harness.model.checkpoint import load_checkpoint, load_model
 from harness.config import BackboneConfig, ModelSpec, TrainConfig
 from harness.errors import NonFiniteLossError
-from harness.training import lr_at, param_groups, train
+from harness.running.training import lr_at, param_groups, train
 from tests.conftest import TINY_TRAIN
 
 
@@ -47,8 +47,8 @@ def test_no_decay_on_norms_biases_prototypes_beta_tau_alpha():
 
 
 def test_non_finite_loss_names_the_step(tmp_path):
-    from harness.data import load_corpus
-    from harness.specs import bind_vocab, make_run_spec
+    from harness.corpus.data import load_corpus
+    from harness.model.specs import bind_vocab, make_run_spec
 
     spec = make_run_spec("attention", "tiny", train_overrides={"lr": 1e12, "token_budget": 40_000},
                          data_overrides={"max_train_docs": 40})

@@ -120,7 +120,7 @@ def test_docs_come_from_metadata_trailing_comments_and_sphinx_comments():
 
 
 def test_mixer_config_from_the_cli_and_from_a_plan_is_one_model():
-    from harness.specs import make_run_spec, parse_assignments
+    from harness.model.specs import make_run_spec, parse_assignments
 
     cli = make_run_spec("protot", "tiny", parse_assignments(["n_prototypes=16", "tau_init=2"]))
     plan = make_run_spec("protot", "tiny", {"n_prototypes": 16, "tau_init": 2.0})

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from harness.cli import main  # noqa: E402
-from harness.results import ResultsStore  # noqa: E402
+from harness.store.results import ResultsStore  # noqa: E402
 from harness.stats import Interval  # noqa: E402
 from harness.suite import Metric, SuiteResult  # noqa: E402
 from tests.planted import manifest, subject  # noqa: E402

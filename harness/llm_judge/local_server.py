@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from harness.storage import cache_dir
+from harness.store.storage import cache_dir
 from harness.errors import MixbenchError
 from harness.llm_judge.openai_client import EndpointConfig
 

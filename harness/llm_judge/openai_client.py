@@ -13,7 +13,7 @@ carries each generated token with its most likely alternatives, or ``tokens=None
 Secrets (docs/judge.md, "Secrets"): the API key is read from the environment variable the config names when the
 client is built and handed to the ``openai`` client only. Query parameters of the base URL (``?api_key=...``)
 are sent as the client's default query, so they reach the server and not the path. Everything the judge sends
-back is redacted of the key and of the URL's credentials (:mod:`harness.redaction`) before it leaves this
+back is redacted of the key and of the URL's credentials (:mod:`harness.store.redaction`) before it leaves this
 module, so no reply that is cached, stored or printed can carry them; error details and URLs in messages are
 redacted too.
 """
@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from harness.errors import ConfigError, MixbenchError
-from harness.redaction import redact_text, redact_url, too_short_to_redact, url_passwords, url_secrets
+from harness.store.redaction import redact_text, redact_url, too_short_to_redact, url_passwords, url_secrets
 
 DEFAULT_KEY_ENV = "MIXBENCH_JUDGE_API_KEY"
 _NO_KEY = "no-key"  # local servers want none, but the openai client refuses an empty one
@@ -81,7 +81,7 @@ class EndpointConfig:
 
     @property
     def safe_url(self) -> str:
-        """The base URL as it may be recorded or printed (:func:`harness.redaction.redact_url`)."""
+        """The base URL as it may be recorded or printed (:func:`harness.store.redaction.redact_url`)."""
         return redact_url(self.base_url)
 
     def secrets(self) -> list[str]:

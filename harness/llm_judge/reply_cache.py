@@ -15,7 +15,7 @@ reply is committed as soon as it arrives, so an interrupted run loses nothing it
 * ``judge_modes``: the verdict mode each judge was found to support (a server either returns log-probabilities
   or not), so a rerun can compute its cache keys without asking the judge.
 
-Everything written is passed through :func:`harness.redaction.redact_text` once more (the client has already
+Everything written is passed through :func:`harness.store.redaction.redact_text` once more (the client has already
 removed its own key), so URL credentials or secret environment values a reply might carry never reach the file.
 """
 
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.storage import cache_dir
+from harness.store.storage import cache_dir
 from harness.errors import MixbenchError
 from harness.llm_judge.openai_client import Reply
-from harness.redaction import redact_text
+from harness.store.redaction import redact_text
 
 MODES = ("probabilities", "text")
 

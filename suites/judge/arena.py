@@ -8,7 +8,7 @@ yet, asks the gold canaries, fits the ratings (:mod:`suites.judge.ratings`) and 
 mixer's generation run, so the board shows ``judge/elo`` etc. in that model's row beside the other suites. When the canaries' agreement
 interval includes chance, the ratings are marked unreliable with that reason: shown, never voting.
 
-A rating run's id (:func:`harness.identity.run_identity`) hashes the rated model, the suite (name, version, code,
+A rating run's id (:func:`harness.store.identity.run_identity`) hashes the rated model, the suite (name, version, code,
 config) and the pool's generation run ids, judge identity, template hash, verdict mode and protocol settings. Rerunning with nothing new is a no-op that makes no judge call and
 starts no server; a new mixer in the pool gives new runs (the leaderboard shows the newest); a pool whose earlier
 calls failed is judged again for just those presentations and its runs are rewritten. The judge is only started
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, MixbenchError
-from harness.identity import Identity, run_identity
+from harness.store.identity import Identity, run_identity
 from harness.llm_judge import (
     DEFAULT_KEY_ENV,
     EndpointConfig,
@@ -42,8 +42,8 @@ from harness.llm_judge import (
     local_judge_id,
     reply_key,
 )
-from harness.redaction import redact_url
-from harness.results import ResultsStore
+from harness.store.redaction import redact_url
+from harness.store.results import ResultsStore
 from harness.suite import AggregateRun
 from suites.judge.judging import Job, Session, ask_canaries, canary_report, judge_jobs, probe_mode
 from suites.judge.pools import Pool, find_pools
@@ -127,7 +127,7 @@ class ArenaResult:
 
     @property
     def runs(self) -> list[AggregateRun]:
-        """Every rating run made, for the core to write (:func:`harness.evaluate.store_runs`)."""
+        """Every rating run made, for the core to write (:func:`harness.running.evaluate.store_runs`)."""
         return [run for pool in self.pools for run in pool.to_write]
 
     @property
@@ -170,7 +170,7 @@ def judge_runs(store: ResultsStore, cfg: ArenaConfig, preset: str | None = None,
     """Rate every pool in ``store`` (at ``preset``; made with ``suite_config`` when given) that needs it.
 
     The store is only read: the rating runs come back in :attr:`ArenaResult.runs` for the caller to write with
-    :func:`harness.evaluate.store_runs`. ``force`` rewrites the rating runs; verdicts still come from the cache.
+    :func:`harness.running.evaluate.store_runs`. ``force`` rewrites the rating runs; verdicts still come from the cache.
     """
     t0 = time.perf_counter()
     template = cfg.template()
@@ -265,7 +265,7 @@ def _start_judge(cfg: ArenaConfig, server: ExitStack, session: Session, progress
 
 def _rating_identity(mixer: str, pool: Pool, judge_id: str, template: Template, mode: str,
                      cfg: ArenaConfig) -> Identity:
-    """The rating run's identity (:func:`harness.identity.run_identity`): the rated model, the suite and its config,
+    """The rating run's identity (:func:`harness.store.identity.run_identity`): the rated model, the suite and its config,
     and as the suite's inputs the pool's generation runs, the judge, the template, the verdict mode, the protocol."""
     gen = pool.runs[mixer].manifest
     subject = Identity(gen.subject.id, dict(gen.identity.get("subject_parts") or {}))
@@ -323,7 +323,7 @@ def _rate_pool(store: ResultsStore, cache: ReplyCache, session: Session, pool: P
                          np.array([len(o.comparison.right_output) for o in complete])),
     )
     report.ratings = rate(games, cfg.bootstrap, cfg.confidence, cfg.prior_ties, cfg.seed)
-    for mixer in players:  # written by the core (harness.evaluate.store_runs), never here
+    for mixer in players:  # written by the core (harness.running.evaluate.store_runs), never here
         result = rating_result(mixer, report, outcomes, replies, session, cfg)
         manifest = rating_manifest(mixer, pool, session, report, cfg, time.perf_counter() - t0, identities[mixer])
         report.to_write.append(AggregateRun(ids[mixer], manifest, result, replace=force))

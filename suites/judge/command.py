@@ -23,8 +23,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.evaluate import store_runs
-    from harness.results import ResultsStore
+    from harness.running.evaluate import store_runs
+    from harness.store.results import ResultsStore
     from suites.judge.arena import ArenaConfig, judge_runs
 
     cfg = ArenaConfig.from_env(

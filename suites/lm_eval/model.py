@@ -32,9 +32,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from tqdm.auto import tqdm
 
-from harness.checkpoint import load_model
+from harness.model.checkpoint import load_model
 from harness.errors import MixbenchError
-from harness.tokenizer import Tokenizer
+from harness.corpus.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

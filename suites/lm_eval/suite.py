@@ -286,10 +286,10 @@ def _configure(p) -> None:
 
 def _command(args) -> int:
     """``mixbench lm-eval``: the same as ``mixbench eval --suite lm-eval`` with the task options as flags."""
-    from harness.devices import resolve_device
-    from harness.evaluate import EvalOptions, evaluate
-    from harness.planned import PlannedRun
-    from harness.results import ResultsStore
+    from harness.model.devices import resolve_device
+    from harness.running.evaluate import EvalOptions, evaluate
+    from harness.running.planned import PlannedRun
+    from harness.store.results import ResultsStore
 
     overrides = {"include_path": args.include_path, "limit": args.limit, "num_fewshot": args.num_fewshot,
                  "batch_size": args.batch_size}

@@ -1,13 +1,13 @@
 """Training one small model of a mixer per task setting, and the learning-rate sweep around it
 (docs/synthetic.md, "Protocol").
 
-A :class:`TaskModel` is a :class:`harness.backbone.MixerLM` (the shared backbone with the mixer under test) and
+A :class:`TaskModel` is a :class:`harness.model.backbone.MixerLM` (the shared backbone with the mixer under test) and
 the way a task reads its output: the tied LM head at the target positions, or, for compression, MAD's
 auto-encoder decoder that sees only the model's output at the last token. Logits are computed at target
 positions only, which keeps MQAR's 8192-token head cheap.
 
-Training is AdamW (decay on matrices only, as :func:`harness.training.param_groups`), linear warm-up then cosine
-decay (:func:`harness.training.lr_at`), gradient clipping, validation accuracy every ``eval_every`` steps, and an
+Training is AdamW (decay on matrices only, as :func:`harness.running.training.param_groups`), linear warm-up then cosine
+decay (:func:`harness.running.training.lr_at`), gradient clipping, validation accuracy every ``eval_every`` steps, and an
 early stop once it reaches ``stop_accuracy`` (zoology's 0.99). The weights with the best validation accuracy are
 the ones tested. The sweep tries each (learning rate, weight decay) in order from the same initial weights and
 batch order, keeps the best by validation accuracy, and ends as soon as one reaches ``stop_accuracy``.
@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from harness.backbone import MixerLM, RMSNorm, build_model
+from harness.model.backbone import MixerLM, RMSNorm, build_model
 from harness.config import ModelSpec, TrainConfig
 from harness.errors import NonFiniteLossError
-from harness.training import adamw, lr_at, param_groups
+from harness.running.training import adamw, lr_at, param_groups
 from suites.synthetic.data import IGNORE, TaskData
 from suites.synthetic.scoring import score_split
 
@@ -117,7 +117,7 @@ class Trained:
 
 
 def build_task_model(spec: ModelSpec, head: str, seed: int, device: torch.device) -> TaskModel:
-    """The mixer's model from ``seed`` alone (:func:`harness.backbone.build_model`) and its head."""
+    """The mixer's model from ``seed`` alone (:func:`harness.model.backbone.build_model`) and its head."""
     lm = build_model(spec, seed=seed)
     with torch.random.fork_rng(devices=[]):  # the decoder, like build_model, from the seed alone
         torch.manual_seed(seed + 1)

@@ -25,7 +25,7 @@ Intervals: ``range`` (min-max over rounds) for rates and latencies, ``bootstrap`
 and for the statistics derived from several points.
 
 Throughput depends on hardware and on how CPU work is threaded, so the device (type, name, thread counts and
-OpenMP wait policy: :func:`harness.provenance.device_descriptor`) is part of the run's identity; the load average
+OpenMP wait policy: :func:`harness.store.provenance.device_descriptor`) is part of the run's identity; the load average
 at the start and end of the run is recorded in its info, not in the identity. Speed is measured on random token
 ids and the attention model is timed past its training context (cost does not depend on what the positions mean).
 """
@@ -39,10 +39,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.backbone import build_model
+from harness.model.backbone import build_model
 from harness.config import ModelSpec, as_tuple, to_dict
 from harness.errors import ConfigError
-from harness.provenance import device_descriptor, load_average
+from harness.store.provenance import device_descriptor, load_average
 from harness.registry import register_suite
 from harness.stats import Interval, percentile_interval
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult

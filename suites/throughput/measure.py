@@ -9,7 +9,7 @@ can be captured (fixed-shape state).
 
 Each model's first call at a point runs alone, before the rounds: it is the first warm-up call, and it is where
 the point's peak memory and an out-of-memory failure are measured, one model at a time. Peak memory is
-:func:`harness.memory.peak_bytes`: on CUDA the allocator's peak; on CPU the exact peak of the tensors the call
+:func:`harness.model.memory.peak_bytes`: on CUDA the allocator's peak; on CPU the exact peak of the tensors the call
 allocates (every storage traced with its free; docs/memory.md). The process's resident set, used before, moved
 by several MiB with allocator caching and the first call's one-time set-up (attention read 9 MiB at T=128 and
 1.5 MiB at T=256, and 2.3 MiB for the same point in another run). An allocation failure (CPU or CUDA)
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from harness.memory import peak_bytes
+from harness.model.memory import peak_bytes
 from harness.timing import Candidate, Ratio, interleaved
-from harness.training import lm_loss
+from harness.running.training import lm_loss
 
 MODES = ("prefill", "train", "decode")
 

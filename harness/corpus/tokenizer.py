@@ -1,0 +1,154 @@
+"""Byte-level BPE tokenizers (docs/DESIGN.md §4).
+
+:class:`Tokenizer` wraps a HF ``tokenizers.Tokenizer`` and fixes what the harness relies on: an end-of-text id that
+separates documents (and serves as BOS/EOS) and a pad id. :func:`train_bpe` trains the project's own byte-level BPE
+(no normaliser, so every string round-trips) and caches it on disk by a hash of its training text, so the same
+corpus never trains twice; :meth:`Tokenizer.from_file` takes any pretrained ``tokenizer.json`` instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+from tqdm.auto import tqdm
+
+from harness.errors import MixbenchError
+from harness.store.storage import atomic_write
+
+EOS = "<|endoftext|>"  # id 0 in trained tokenizers: document separator, BOS and EOS
+PAD = "<|pad|>"  # id 1 in trained tokenizers
+# Bump when the BPE model, pre-tokenizer or trainer settings below change, so cached tokenizers are retrained.
+BPE_SETTINGS_VERSION = 1
+# Special tokens recognised in pretrained files, most specific first; a file without a pad token pads with EOS.
+_EOS_NAMES = (EOS, "<|end_of_text|>", "</s>", "<eos>", "[SEP]")
+_PAD_NAMES = (PAD, "<pad>", "[PAD]")
+
+
+def digest_texts(texts: Iterable[str], *header: object) -> str:
+    """sha256 (hex, 16 chars) of ``header`` and the texts, each length-prefixed so concatenations cannot collide."""
+    h = hashlib.sha256(repr(header).encode())
+    for text in texts:
+        data = text.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+class Tokenizer:
+    """Text <-> token ids, with the end-of-text and pad ids the harness needs."""
+
+    def __init__(self, hf: tokenizers.Tokenizer, source: str = "<memory>"):
+        hf.encode_special_tokens = True  # a literal "<|endoftext|>" in text is text: only the harness adds separators
+        self._tok = hf
+        vocab = hf.get_vocab(with_added_tokens=True)
+        eos = next((vocab[name] for name in _EOS_NAMES if name in vocab), None)
+        if eos is None:
+            raise MixbenchError(
+                f"tokenizer {source} has no end-of-text token (looked for {', '.join(_EOS_NAMES)}); "
+                f"add one of them as a special token or let mixbench train a BPE (leave tokenizer_file empty)."
+            )
+        self._eos = eos
+        self._pad = next((vocab[name] for name in _PAD_NAMES if name in vocab), eos)
+        self._fingerprint = hashlib.sha256(hf.to_str().encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> Tokenizer:
+        """A tokenizer saved by :meth:`save` or any pretrained HF ``tokenizer.json`` (``DataConfig.tokenizer_file``)."""
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise MixbenchError(f"tokenizer file {path} does not exist; give the path of a tokenizers JSON file.")
+        try:
+            hf = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as e:  # the Rust side raises a bare Exception for unreadable JSON
+            raise MixbenchError(
+                f"tokenizer file {path} could not be read ({e}); give a tokenizers JSON file "
+                f"(a cached one may be deleted to retrain)."
+            ) from None
+        return cls(hf, source=str(path))
+
+    load = from_file  # the inverse of save()
+
+    def save(self, path: str | os.PathLike) -> None:
+        atomic_write(Path(path), self._tok.to_str().encode())
+
+    def to_str(self) -> str:
+        return self._tok.to_str()
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Encode many texts in parallel (the Rust batch encoder without offsets)."""
+        return [e.ids for e in self._tok.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Inverse of :meth:`encode`; special tokens are kept unless asked otherwise."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """UTF-8 bytes each id stands for (0 for special tokens): summed over targets, the denominator of
+        bits-per-byte. Exact for byte-level tokenizers (one symbol per byte); otherwise each id decoded alone."""
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        if isinstance(self._tok.decoder, decoders.ByteLevel):
+            for token, i in self._tok.get_vocab(with_added_tokens=True).items():
+                lengths[i] = len(token)
+        else:
+            for i in range(self.vocab_size):
+                lengths[i] = len(self._tok.decode([i], skip_special_tokens=False).encode("utf-8"))
+        for i, added in self._tok.get_added_tokens_decoder().items():
+            lengths[i] = 0 if added.special else len(added.content.encode("utf-8"))
+        return lengths
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (including special tokens); the model's embedding size."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_id(self) -> int:
+        return self._eos
+
+    @property
+    def pad_id(self) -> int:
+        return self._pad
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 (16 hex chars) of the tokenizer JSON: identical tokenizers, identical fingerprints."""
+        return self._fingerprint
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, fingerprint={self.fingerprint})"
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, cache_dir: Path, progress: bool = False) -> Tokenizer:
+    """A byte-level BPE with ``vocab_size`` ids trained on ``texts``, cached at ``cache_dir/tokenizers/<hash>.json``.
+
+    The hash covers every training text, ``vocab_size`` and :data:`BPE_SETTINGS_VERSION`, so a cache hit is exactly
+    the tokenizer training would produce (training is deterministic). A corpus too small to fill ``vocab_size``
+    yields fewer ids; use :attr:`Tokenizer.vocab_size`, not the request.
+    """
+    texts = list(texts)
+    path = Path(cache_dir) / "tokenizers" / f"{digest_texts(texts, BPE_SETTINGS_VERSION, vocab_size)}.json"
+    if path.is_file():
+        return Tokenizer.load(path)
+    hf = tokenizers.Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    feed = tqdm(texts, desc="training BPE", unit="doc", disable=not progress)
+    hf.train_from_iterator(feed, trainer, length=len(texts))
+    tokenizer = Tokenizer(hf)
+    tokenizer.save(path)
+    return tokenizer

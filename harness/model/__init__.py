@@ -1,0 +1,1 @@
+"""The model a mixer sits in, its kernels, its memory checks, checkpoints, and the conformance gate."""

@@ -1,0 +1,556 @@
+"""The board: which columns vote, tie groups from paired tests, Borda ranks with bootstrap rank intervals, and
+the quality/speed Pareto view (docs/DESIGN.md §6; docs/ARCHITECTURE.md "The board").
+
+A comparison board is only worth its weakest number, so:
+
+* **Only trustworthy columns vote.** A column votes when its metric's role is ``score``, no row's cell is
+  marked unreliable by its suite, not every row is within its interval of the metric's chance level (a column
+  that measures nothing), and every row that ran the suite has it (a metric only some mixers produce cannot
+  rank the others). Each voting suite weighs the same in the rank: its weight is split over its columns.
+* **Only comparable rows are ranked.** Ranking is within a preset (matched backbones). A suite votes when at
+  least half of the preset's rows ran it; a row missing a voting suite is listed as unranked with what it
+  lacks, never ranked first for coverage.
+* **Tie groups per column.** Rows are sorted best first; the best row and every row not distinguishable from it
+  by a two-sided paired test on shared items (the metric's per-item values, :func:`harness.stats.paired_difference`;
+  without items, a z-test on the two intervals' standard errors; without intervals, no claim: tied), Holm-
+  corrected over the comparisons at level ``alpha``, form group ``a``; the procedure repeats on the rest.
+* **Rank intervals.** The Borda rank is recomputed on bootstrap resamples of the voting columns and, within each
+  column, of its shared items (the same items for every row); the rank interval is the percentile interval of
+  the resampled ranks. Rows whose rank intervals overlap are shown as tied.
+* **Controls measure the columns** (docs/controls.md). Rows of control mixers (``Row.control``) are never
+  ranked, grouped or counted in a column's verdict. A column that would vote still does not when the best mixer
+  of a preset is not better than every control there (paired test, Holm over the controls): it says which control
+  and with what numbers. Every mixer cell of a score column is compared with every control of its preset (paired
+  difference with its interval, :class:`ControlComparison`); a cell not better than the reference control (the
+  context-free ones, else every control; Holm over the column's mixers) is marked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness import stats
+from harness.errors import MixbenchError
+from harness.reporting.table import Cell, Column, Row, Table
+
+#: a suite votes when at least this share of the preset's rows ran it
+MIN_SUITE_COVERAGE = 0.5
+#: names of tie groups, best first
+GROUP_NAMES = "abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class BoardConfig:
+    """``alpha``: family-wise level of the tie tests (Holm); ``rank_level``: coverage of the rank intervals;
+    ``bootstrap``: resamples for rank intervals and paired tests; ``quality``/``speed``: the Pareto axes (a
+    column name, or None for the Borda points and the first headline speed column; with no speed column there is
+    no Pareto view: training tokens/s come from separate runs on whatever machine each ran, so they are never an
+    axis, docs/ARCHITECTURE.md "The board")."""
+
+    alpha: float = 0.05
+    rank_level: float = 0.95
+    bootstrap: int = 1000
+    seed: int = 0
+    quality: str | None = None
+    speed: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1 or not 0 < self.rank_level < 1:
+            raise MixbenchError("board: alpha and rank_level must be in (0, 1).")
+        if self.bootstrap < 0:
+            raise MixbenchError("board: bootstrap must be >= 0.")
+
+
+@dataclass
+class ColumnVerdict:
+    column: Column
+    votes: bool
+    reason: str = ""  # why it does not vote
+    weight: float = 0.0
+    groups: dict[str, str] = field(default_factory=dict)  # row key -> group letter (per preset)
+
+
+@dataclass(frozen=True)
+class CellDifference:
+    """``a - b`` in one column: on the items both cells share (``scale`` "items": the items' own scale, e.g. NLL
+    per token for perplexity), else on the two values with a normal interval from their intervals ("values")."""
+
+    difference: float
+    interval: stats.Interval | None
+    p_value: float
+    scale: str
+
+
+@dataclass(frozen=True)
+class ControlComparison:
+    """A mixer's cell against a control's cell of its preset: ``better`` when the paired test says the mixer is
+    better (Holm over the column's mixers, at the board's alpha)."""
+
+    control: str  # the control row's key
+    label: str
+    difference: CellDifference
+    better: bool
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.difference
+        return {"control": self.label, "difference": d.difference, "p_value": d.p_value, "scale": d.scale,
+                "interval": None if d.interval is None else d.interval.to_json(), "better": self.better}
+
+
+@dataclass
+class Board:
+    table: Table
+    config: BoardConfig
+    verdicts: dict[str, ColumnVerdict]  # column name -> verdict
+    points: dict[str, float | None]
+    rank: dict[str, int | None]
+    rank_interval: dict[str, tuple[int, int] | None]
+    unranked: dict[str, str]  # row key -> what it lacks
+    tied: dict[str, bool]  # row key -> its rank interval overlaps another ranked row's
+    pareto: dict[str, bool | None]
+    speed_name: str = ""
+    quality_name: str = ""
+    #: (mixer row key, column name) -> its comparison with each control of its preset
+    vs_controls: dict[tuple[str, str], list[ControlComparison]] = field(default_factory=dict)
+    #: (mixer row key, column name) of cells not better than the reference control (docs/controls.md)
+    not_above_control: set[tuple[str, str]] = field(default_factory=set)
+    #: labels of the reference controls the marks compare with
+    reference_controls: list[str] = field(default_factory=list)
+
+    def speed_of(self, row: Row) -> float | None:
+        """``row``'s value on the Pareto view's speed axis, oriented so that higher is faster (the inverse of a
+        lower-is-better column such as a time ratio); None without a speed column or a value."""
+        return _speed_value(self.table, row, self.speed_name or None)
+
+    @property
+    def voting(self) -> list[Column]:
+        return [v.column for v in self.verdicts.values() if v.votes]
+
+    @property
+    def has_controls(self) -> bool:
+        return any(row.control for row in self.table.rows)
+
+    def group(self, row: Row, column: Column) -> str | None:
+        return self.verdicts[column.name].groups.get(row.key)
+
+    def headline(self) -> str | None:
+        """The board's first line when nothing on it tells the mixers apart: no column votes."""
+        if self.voting or not any(not r.control for r in self.table.rows):
+            return None
+        why = [f"{v.column.name}: {v.reason}" for v in self.verdicts.values()
+               if v.column.role == "score" and v.reason and not v.column.config]
+        return ("nothing on this board tells the mixers apart at this budget: no column votes"
+                + (f" ({'; '.join(why)})" if why else ""))
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+
+
+def build_board(table: Table, config: BoardConfig | None = None) -> Board:
+    config = config or BoardConfig()
+    verdicts: dict[str, ColumnVerdict] = {}
+    points: dict[str, float | None] = {row.key: None for row in table.rows}
+    rank: dict[str, int | None] = {row.key: None for row in table.rows}
+    interval: dict[str, tuple[int, int] | None] = {row.key: None for row in table.rows}
+    unranked: dict[str, str] = {}
+    vs_controls: dict[tuple[str, str], list[ControlComparison]] = {}
+    not_above: set[tuple[str, str]] = set()
+    references: list[str] = []
+    for preset, all_rows in _by_preset(table).items():
+        rows = [r for r in all_rows if not r.control]
+        controls = [r for r in all_rows if r.control]
+        preset_verdicts = _column_verdicts(table, rows)
+        if controls:
+            comparisons, marks, reference = _against_controls(table, rows, controls, config)
+            vs_controls.update(comparisons)
+            not_above |= marks
+            references += [r.label for r in reference if r.label not in references]
+            for verdict in preset_verdicts.values():
+                if verdict.votes:
+                    _control_veto(table, rows, controls, verdict, comparisons, config)
+            _reweigh(preset_verdicts)
+        for name, verdict in preset_verdicts.items():  # a column votes on the board if it votes in any preset
+            merged = verdicts.setdefault(name, ColumnVerdict(verdict.column, False, verdict.reason))
+            if verdict.votes:
+                merged.votes, merged.reason, merged.weight = True, "", verdict.weight
+            merged.groups.update(_tie_groups(table, rows, verdict.column, config))
+        voting = [v for v in preset_verdicts.values() if v.votes]
+        ranked, lacking = _rankable(table, rows, voting)
+        unranked.update(lacking)
+        p, r, iv = _rank(table, ranked, voting, config)
+        points.update(p)
+        rank.update(r)
+        interval.update(iv)
+    tied = _overlaps(interval)
+    speed_name, quality_name, pareto = _pareto(table, points, config)
+    return Board(table, config, verdicts, points, rank, interval, unranked, tied, pareto, speed_name, quality_name,
+                 vs_controls, not_above, references)
+
+
+def _by_preset(table: Table) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = defaultdict(list)
+    for row in table.rows:
+        out[row.preset].append(row)
+    return dict(out)
+
+
+# ---------------------------------------------------------------------------------------------- voting
+
+
+def _column_verdicts(table: Table, rows: list[Row]) -> dict[str, ColumnVerdict]:
+    ran = {(r.manifest.suite, row.key) for row in rows for r in row.runs}
+    suites_ran = defaultdict(set)
+    for suite, key in ran:
+        suites_ran[suite].add(key)
+    out: dict[str, ColumnVerdict] = {}
+    shown_config = table.shown_configs()
+    for column in table.columns:
+        cells = {row.key: table.cell(row, column) for row in rows}
+        present = {k: c for k, c in cells.items() if c is not None and math.isfinite(c.value)}
+        reason = _why_not(column, present, suites_ran[column.suite], len(rows),
+                          column.config == shown_config[column.suite])
+        out[column.name] = ColumnVerdict(column, reason == "", reason)
+    _reweigh(out)
+    return out
+
+
+def _reweigh(verdicts: dict[str, ColumnVerdict]) -> None:
+    """Each voting suite weighs 1 in the rank, split evenly over its voting columns."""
+    per_suite: dict[str, int] = defaultdict(int)
+    for v in verdicts.values():
+        if v.votes:
+            per_suite[v.column.suite] += 1
+    for v in verdicts.values():
+        v.weight = 1.0 / per_suite[v.column.suite] if v.votes else 0.0
+
+
+def _why_not(column: Column, present: dict[str, Cell], ran: set[str], n_rows: int, first_of_suite: bool) -> str:
+    if column.config and not first_of_suite:
+        return "not the suite's canonical config"
+    if column.role != "score":
+        return f"role {column.role}"
+    if not present:
+        return "no values"
+    if len(ran) < MIN_SUITE_COVERAGE * n_rows:
+        return f"only {len(ran)} of {n_rows} rows ran {column.suite}"
+    if set(ran) - set(present):
+        return "produced for some rows of the suite only"
+    unreliable = sorted({c.unreliable for c in present.values() if c.unreliable})
+    if unreliable:
+        return f"unreliable: {unreliable[0]}"
+    if len(present) >= 2 and all(_at_chance(c) for c in present.values()):
+        return "every row is at chance level (the interval of each includes it): the column measures nothing here"
+    return ""
+
+
+def _at_chance(cell: Cell) -> bool:
+    if cell.chance is None:
+        return False
+    if cell.interval is None or not cell.interval.finite:
+        return cell.value == cell.chance
+    return cell.interval.low <= cell.chance <= cell.interval.high
+
+
+def _rankable(table: Table, rows: list[Row], voting: list[ColumnVerdict]) -> tuple[list[Row], dict[str, str]]:
+    ranked, lacking = [], {}
+    for row in rows:
+        missing = sorted({v.column.suite for v in voting if table.cell(row, v.column) is None})
+        if missing:
+            lacking[row.key] = "lacks " + ", ".join(missing)
+        else:
+            ranked.append(row)
+    return ranked, lacking
+
+
+# ---------------------------------------------------------------------------------------------- controls
+
+
+def _finite_cells(table: Table, rows: list[Row], column: Column) -> dict[str, Cell]:
+    return {r.key: c for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)}
+
+
+def _better(diff: CellDifference, higher: bool) -> bool:
+    """The difference points the good way (items move with the metric: harness.suite.ItemValues)."""
+    return diff.difference > 0 if higher else diff.difference < 0
+
+
+def _control_veto(table: Table, rows: list[Row], controls: list[Row], verdict: ColumnVerdict,
+                  comparisons: dict[tuple[str, str], list[ControlComparison]], config: BoardConfig) -> None:
+    """Stop a column from voting when its best mixer is not better than every control that has a value in it
+    (its comparisons with them, Holm over the controls)."""
+    column = verdict.column
+    mixers = _finite_cells(table, rows, column)
+    ctrl = _finite_cells(table, controls, column)
+    if not mixers or not ctrl:
+        return
+    best = _better_first(mixers, column.higher_is_better)[0]
+    found = {c.control: c.difference for c in comparisons.get((best, column.name), [])}
+    order = [k for k in _better_first(ctrl, column.higher_is_better) if k in found]
+    diffs = [found[k] for k in order]
+    reject, _ = stats.holm([d.p_value for d in diffs], config.alpha)
+    beaten = [r and _better(d, column.higher_is_better) for d, r in zip(diffs, reject)]
+    if all(beaten):
+        return
+    j = beaten.index(False)
+    labels = {r.key: r for r in [*rows, *controls]}
+    control_row, mixer_row = labels[order[j]], labels[best]
+    kind = "context-free control" if control_row.context_free else "control"
+    d = diffs[j]
+    iv = "" if d.interval is None else f" [{_num(d.interval.low)}, {_num(d.interval.high)}]"
+    verdict.votes = False
+    verdict.reason = (
+        f"no mixer beats the {kind} {control_row.label}: {_cell_text(ctrl[order[j]])} against the best mixer, "
+        f"{mixer_row.label}, {_cell_text(mixers[best])} (difference {_num(d.difference)}{iv} on the {d.scale}' "
+        f"scale, not significant at alpha {config.alpha:g} with Holm's correction, or in the control's favour)"
+    )
+
+
+def _against_controls(table: Table, rows: list[Row], controls: list[Row], config: BoardConfig):
+    """Every mixer cell of every score column against every control of the preset; the cells not better than a
+    reference control (Holm over the column's mixers) are marked."""
+    reference = [r for r in controls if r.context_free] or controls
+    comparisons: dict[tuple[str, str], list[ControlComparison]] = defaultdict(list)
+    marks: set[tuple[str, str]] = set()
+    for column in table.columns:
+        if column.role != "score":
+            continue
+        mixers = _finite_cells(table, rows, column)
+        for control in controls:
+            cell = table.cell(control, column)
+            if cell is None or not mixers:
+                continue
+            keys = sorted(mixers)
+            if not math.isfinite(cell.value):  # undefined for the control (a context-free selectivity): it
+                for k in keys:                  # cannot be beaten, nor beat anyone
+                    comparisons[(k, column.name)].append(
+                        ControlComparison(control.key, control.label, CellDifference(math.nan, None, 1.0, "values"),
+                                          True))
+                continue
+            diffs = [cell_difference(mixers[k], cell, config) for k in keys]
+            reject, _ = stats.holm([d.p_value for d in diffs], config.alpha)
+            for k, d, r in zip(keys, diffs, reject):
+                better = bool(r) and _better(d, column.higher_is_better)
+                comparisons[(k, column.name)].append(ControlComparison(control.key, control.label, d, better))
+                if control in reference and not better:
+                    marks.add((k, column.name))
+    return dict(comparisons), marks, reference
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _cell_text(cell: Cell) -> str:
+    iv = cell.interval
+    return _num(cell.value) + (f" [{_num(iv.low)}, {_num(iv.high)}]" if iv is not None and iv.finite else "")
+
+
+# ---------------------------------------------------------------------------------------------- ties
+
+
+def cell_difference(a: Cell, b: Cell, config: BoardConfig) -> CellDifference:
+    """``a - b`` with its interval and a two-sided p-value: a paired bootstrap on the items both share (at least
+    two), else a z-test on the two intervals' standard errors; without intervals, no claim (p = 1)."""
+    if a.items and b.items:
+        shared = sorted(set(a.items) & set(b.items))
+        if len(shared) >= 2:
+            va = np.array([a.items[i][0] for i in shared])
+            wa = np.array([a.items[i][1] for i in shared])
+            vb = np.array([b.items[i][0] for i in shared])
+            wb = np.array([b.items[i][1] for i in shared])
+            r = stats.paired_difference(va, vb, wa, wb, n_resamples=config.bootstrap or 200, seed=config.seed)
+            return CellDifference(r.difference, r.interval, r.p_value, "items")
+    diff = a.value - b.value
+    se_a = a.interval.normal_stderr() if a.interval is not None else None
+    se_b = b.interval.normal_stderr() if b.interval is not None else None
+    if se_a is None or se_b is None:
+        return CellDifference(diff, None, 1.0, "values")  # no uncertainty known: no claim that they differ
+    se = math.hypot(se_a, se_b)
+    if se == 0:
+        return CellDifference(diff, stats.Interval(diff, diff, "normal", 0.95), 0.0 if diff else 1.0, "values")
+    from scipy.stats import norm
+
+    z = norm.ppf(0.975)
+    return CellDifference(diff, stats.Interval(diff - z * se, diff + z * se, "normal", 0.95),
+                          float(2 * norm.sf(abs(diff) / se)), "values")
+
+
+def compare_cells(a: Cell, b: Cell, config: BoardConfig) -> float:
+    """Two-sided p-value that two cells of one column differ (see :func:`cell_difference`)."""
+    return cell_difference(a, b, config).p_value
+
+
+def _better_first(cells: dict[str, Cell], higher: bool) -> list[str]:
+    return sorted(cells, key=lambda k: (-cells[k].value if higher else cells[k].value, k))
+
+
+def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig) -> dict[str, str]:
+    cells = {r.key: c for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)}
+    order = _better_first(cells, column.higher_is_better)
+    groups: dict[str, str] = {}
+    g = 0
+    while order:
+        best, rest = order[0], order[1:]
+        p_values = [compare_cells(cells[best], cells[k], config) for k in rest]
+        reject, _ = stats.holm(p_values, config.alpha)
+        members = [best] + [k for k, r in zip(rest, reject) if not r]
+        name = GROUP_NAMES[g] if g < len(GROUP_NAMES) else str(g + 1)
+        for k in members:
+            groups[k] = name
+        order = [k for k in order if k not in members]
+        g += 1
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------- ranks
+
+
+def borda(values: dict[str, list[float]], higher: list[bool], weights: list[float]) -> dict[str, float]:
+    """Weighted Borda points: per column, a point per row beaten and half per tie, times the column's weight."""
+    points = {k: 0.0 for k in values}
+    keys = list(values)
+    for j, (up, w) in enumerate(zip(higher, weights)):
+        sign = 1.0 if up else -1.0
+        for k in keys:
+            mine = sign * values[k][j]
+            others = [sign * values[o][j] for o in keys if o != k]
+            points[k] += w * (sum(mine > x for x in others) + 0.5 * sum(mine == x for x in others))
+    return points
+
+
+def competition_ranks(points: dict[str, float]) -> dict[str, int]:
+    """1, 2, 2, 4: a row's rank is one plus the number of rows with more points."""
+    return {k: 1 + sum(points[o] > points[k] + 1e-12 for o in points) for k in points}
+
+
+def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: BoardConfig):
+    points: dict[str, float | None] = {r.key: None for r in rows}
+    ranks: dict[str, int | None] = {r.key: None for r in rows}
+    intervals: dict[str, tuple[int, int] | None] = {r.key: None for r in rows}
+    if not voting or not rows:
+        return points, ranks, intervals
+    keys = [r.key for r in rows]
+    cells = [[table.cell(k, v.column) for v in voting] for k in keys]
+    values = {k: [c.value for c in cells[i]] for i, k in enumerate(keys)}
+    higher = [v.column.higher_is_better for v in voting]
+    weights = [v.weight for v in voting]
+    p = borda(values, higher, weights)
+    r = competition_ranks(p)
+    points.update(p)
+    ranks.update(r)
+    if len(rows) < 2 or config.bootstrap == 0:
+        intervals.update({k: (r[k], r[k]) for k in keys})
+        return points, ranks, intervals
+    rng = stats.rng_for([config.seed, 17])
+    samplers = [_column_sampler([cells[i][j] for i in range(len(keys))], rng) for j in range(len(voting))]
+    draws = np.empty((config.bootstrap, len(keys)))
+    for b in range(config.bootstrap):
+        chosen = rng.integers(0, len(voting), len(voting))  # resample columns
+        sampled = [samplers[j]() for j in chosen]
+        vals = {k: [sampled[c][i] for c in range(len(chosen))] for i, k in enumerate(keys)}
+        pts = borda(vals, [higher[j] for j in chosen], [weights[j] for j in chosen])
+        rk = competition_ranks(pts)
+        draws[b] = [rk[k] for k in keys]
+    q = (1 - config.rank_level) / 2
+    for i, k in enumerate(keys):
+        lo, hi = np.quantile(draws[:, i], [q, 1 - q])
+        intervals[k] = (int(math.floor(lo)), int(math.ceil(hi)))
+    return points, ranks, intervals
+
+
+def _column_sampler(cells: list[Cell], rng: np.random.Generator):
+    """A function returning one bootstrap draw of every row's value in a column: shared items resampled jointly
+    when every row has them, else each value drawn from a normal with its interval's standard error."""
+    shared = None
+    if all(c.items for c in cells):
+        common = set.intersection(*(set(c.items) for c in cells))
+        if len(common) >= 2:
+            shared = sorted(common)
+    if shared is not None:
+        vals = np.array([[c.items[i][0] for i in shared] for c in cells])
+        wts = np.array([[c.items[i][1] for i in shared] for c in cells])
+
+        def items_draw() -> list[float]:
+            idx = rng.integers(0, len(shared), len(shared))
+            return list(stats.weighted_mean(vals[:, idx], wts[:, idx], axis=1))
+
+        return items_draw
+    ses = [c.interval.normal_stderr() if c.interval is not None else None for c in cells]
+
+    def normal_draw() -> list[float]:
+        return [c.value + (rng.normal(0, se) if se else 0.0) for c, se in zip(cells, ses)]
+
+    return normal_draw
+
+
+def _overlaps(intervals: dict[str, tuple[int, int] | None]) -> dict[str, bool]:
+    known = {k: v for k, v in intervals.items() if v is not None}
+    return {k: any(o != k and not (v[1] < w[0] or w[1] < v[0]) for o, w in known.items()) for k, v in known.items()}
+
+
+# ---------------------------------------------------------------------------------------------- Pareto
+
+
+def pareto_front(points: dict[Any, tuple[float, float]], x_higher: bool = True, y_higher: bool = True) -> set[Any]:
+    """The keys no other point dominates (at least as good on both axes, better on one); NaN points are left out."""
+    signed = {
+        k: ((1 if x_higher else -1) * x, (1 if y_higher else -1) * y)
+        for k, (x, y) in points.items()
+        if not (math.isnan(x) or math.isnan(y))
+    }
+    return {
+        k
+        for k, (x, y) in signed.items()
+        if not any(ox >= x and oy >= y and (ox > x or oy > y) for o, (ox, oy) in signed.items() if o != k)
+    }
+
+
+def _speed_value(table: Table, row: Row, speed: str | None) -> float | None:
+    """The speed column's value, inverted when lower is better, so that the Pareto axis is always "higher is
+    faster"; None for a missing, NaN or non-positive value."""
+    if speed is None:
+        return None
+    cell = table.cell(row, speed)
+    if cell is None or cell.value is None or math.isnan(cell.value):
+        return None
+    if table.column(speed).higher_is_better:
+        return cell.value
+    return 1.0 / cell.value if cell.value > 0 else None
+
+
+def _pareto(table: Table, points: dict[str, float | None], config: BoardConfig):
+    speed_col = config.speed
+    if speed_col is None:  # the first speed column a suite lists among its headline metrics, if any row has it
+        speed_col = next((c.name for c in table.columns if c.role == "speed" and c.headline and not c.config), None)
+    if speed_col is not None and speed_col not in {c.name for c in table.columns}:
+        raise MixbenchError(f"board: speed column '{speed_col}' is not on the board.")
+    quality = config.quality
+    if quality is not None and quality not in {c.name for c in table.columns}:
+        raise MixbenchError(f"board: quality column '{quality}' is not on the board.")
+    quality_name = quality or "borda points"
+    higher = True if quality is None else table.column(quality).higher_is_better
+    out: dict[str, bool | None] = {}
+    for _, rows in _by_preset(table).items():
+        pts = {}
+        for row in rows:
+            if row.control:  # controls are not candidates: they are what the candidates are measured against
+                out[row.key] = None
+                continue
+            q = points.get(row.key) if quality is None else _value(table.cell(row, quality))
+            s = _speed_value(table, row, speed_col)
+            if q is None or s is None or math.isnan(q):
+                out[row.key] = None
+                continue
+            pts[row.key] = (s, q)
+        front = pareto_front(pts, True, higher)
+        out.update({k: k in front for k in pts})
+    return speed_col or "", quality_name, out
+
+
+def _value(cell: Cell | None) -> float | None:
+    return None if cell is None else cell.value

@@ -1,0 +1,214 @@
+"""What a run measured, as text for a terminal: the table ``eval`` and each job of ``run`` print when they finish,
+``mixbench show RUN_ID`` (one run's metrics and provenance) and ``mixbench compare A B`` (two models' paired
+differences on their shared items). docs/cli.md describes the commands.
+
+Every number is printed with its interval and the interval's kind (DESIGN §6): a value alone would invite a
+reader to compare two numbers whose uncertainty they cannot see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from harness.errors import MixbenchError
+from harness.store.results import ResultsStore, RunRecord
+from harness.suite import Metric
+
+#: widest a printed run id prefix may be shortened to and still be asked for
+MIN_PREFIX = 4
+
+
+def _number(x: float | None) -> str:
+    from harness.reporting.render import fmt
+
+    return fmt(x)
+
+
+def interval_text(metric: Metric) -> str:
+    """``[low, high] kind level`` (``range`` has no level), or ``—`` without an interval."""
+    iv = metric.interval
+    if iv is None:
+        return "—"
+    level = f" {iv.level:.0%}" if iv.level is not None else ""
+    return f"[{_number(iv.low)}, {_number(iv.high)}] {iv.kind}{level}"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]).rstrip()
+
+
+def metrics_table(run: RunRecord, headline_only: bool = False) -> str:
+    """The run's metrics (its headline ones first, marked ``*``): value, interval, n, direction, unit."""
+    headline = list(run.manifest.headline)
+    chosen = [m for m in run.metrics if not headline_only or m.name in headline]
+    chosen.sort(key=lambda m: (m.name not in headline, headline.index(m.name) if m.name in headline else 0))
+    rows = []
+    for m in chosen:
+        flags = ("*" if m.name in headline else "") + (" unreliable" if m.unreliable else "")
+        rows.append([
+            m.name + flags.split(" ")[0], _number(m.value), interval_text(m), "" if m.n is None else str(m.n),
+            "higher" if m.higher_is_better else "lower", m.unit,
+        ])  # fmt: skip
+    text = _table(["metric", "value", "interval", "n", "better", "unit"], rows, {1, 3})
+    unreliable = [f"{m.name}: {m.unreliable}" for m in chosen if m.unreliable]
+    if unreliable:
+        text += "\nunreliable (shown, never votes): " + "; ".join(unreliable)
+    return text
+
+
+def run_summary(run: RunRecord, headline_only: bool = True) -> str:
+    """One finished run: what was scored, then its (headline) metrics."""
+    s = run.manifest.subject
+    who = f"{s.mixer}" + (f" seed {s.seed}" if s.seed is not None else "") + (f" @ {s.preset}" if s.preset else "")
+    return f"{run.manifest.suite} · {who} · run {run.run_id}\n{metrics_table(run, headline_only)}"
+
+
+def find_run(store: ResultsStore, prefix: str) -> RunRecord:
+    """The run whose id starts with ``prefix`` (at least :data:`MIN_PREFIX` characters, one match)."""
+    if len(prefix) < MIN_PREFIX:
+        raise MixbenchError(f"give at least {MIN_PREFIX} characters of a run id, got '{prefix}'.")
+    store.require_existing()
+    matches = [r for r in store.run_ids() if r.startswith(prefix)]
+    if not matches:
+        raise MixbenchError(f"no run '{prefix}' in {store.root}; `mixbench leaderboard --suite S --format json` "
+                            "lists runs with their ids.")
+    if len(matches) > 1:
+        raise MixbenchError(f"run id '{prefix}' is ambiguous in {store.root}: {', '.join(sorted(matches)[:5])}"
+                            f"{' ...' if len(matches) > 5 else ''}; give more characters.")
+    return store.read_run(matches[0])
+
+
+def show_text(store: ResultsStore, prefix: str) -> str:
+    """``mixbench show``: the run's subject, config, gate, timings and provenance, then every metric."""
+    run = find_run(store, prefix)
+    m, s = run.manifest, run.manifest.subject
+    prov = m.provenance or {}
+    git = prov.get("git")
+    git_text = "not a git checkout" if not git else f"{(git.get('commit') or 'no commit')[:12]}" + (
+        " (uncommitted changes)" if git.get("dirty") else "")
+    hardware = prov.get("hardware") or {}
+    lines = [
+        f"run {run.run_id}  ({m.suite} v{m.suite_version}, written {m.written_at})",
+        f"subject     {s.kind} {s.mixer}" + (f" (config {_kv(s.config_diff)})" if s.config_diff else " (defaults)")
+        + (f", preset {s.preset}" if s.preset else "") + (f", seed {s.seed}" if s.seed is not None else ""),
+        f"model       {s.id}" + (f", {s.parameters:,} parameters" if s.parameters else "")
+        + (f", step {s.checkpoint_step}" if s.checkpoint_step is not None else ""),
+        f"suite       {_kv(m.config_diff) or 'defaults'} ({m.config_source})",
+        f"gate        {m.gate.status} (version {m.gate.version})",
+        f"device      {s.device or '—'}" + (f", kernel {s.kernel}" if s.kernel else ""),
+        "time        " + (", ".join(f"{k} {_number(v)} s" for k, v in m.timings.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)) or "—"),
+        f"code        mixbench {prov.get('mixbench', '?')}, git {git_text}, python {prov.get('python', '?')}",
+        f"packages    {_kv(prov.get('packages') or {}) or '—'}",
+        f"hardware    {hardware.get('cpu') or '?'}, {hardware.get('usable_cores', '?')} cores, torch threads "
+        f"{hardware.get('torch_threads', '?')}",
+        "",
+        metrics_table(run),
+    ]
+    if run.plots:
+        lines += ["", "plots: " + ", ".join(run.plots)]
+    return "\n".join(lines)
+
+
+def _kv(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items())
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One column on which both models have a cell: ``a - b`` with its interval and how it was paired."""
+
+    column: str
+    higher_is_better: bool
+    a: float
+    b: float
+    difference: float
+    low: float | None
+    high: float | None
+    basis: str  # "n shared items" or "intervals (no shared items)"
+    p_value: float
+    verdict: str
+
+
+def compare_models(store: ResultsStore, a: str, b: str, suites: Iterable[str] | None = None,
+                   alpha: float = 0.05, all_metrics: bool = False) -> tuple[str, str, list[Comparison]]:
+    """Paired differences of the board rows named ``a`` and ``b`` (a row label such as ``mamba``, a row key, or a
+    run id prefix) on every column both have (the board's headline columns; every metric with ``all_metrics``): the board's own :func:`harness.reporting.board.cell_difference` (paired
+    bootstrap on shared items, seeds averaged per item), Holm-corrected across the columns compared."""
+    from harness import stats
+    from harness.reporting.board import BoardConfig, cell_difference
+    from harness.reporting.table import build_table
+
+    store.require_existing()
+    table = build_table(store, suites, all_metrics=all_metrics)
+    row_a, row_b = _row(table, store, a), _row(table, store, b)
+    if row_a.key == row_b.key:
+        raise MixbenchError(f"'{a}' and '{b}' are the same model; compare two different ones.")
+    config = BoardConfig()
+    found = []
+    for column in table.columns:
+        ca, cb = table.cell(row_a, column), table.cell(row_b, column)
+        if ca is None or cb is None or not (math.isfinite(ca.value) and math.isfinite(cb.value)):
+            continue
+        d = cell_difference(ca, cb, config)
+        shared = len(set(ca.items or {}) & set(cb.items or {}))
+        basis = f"{shared} shared items" if d.scale == "items" else (
+            "intervals (no shared items)" if d.interval is not None else "values only (no interval: no claim)")
+        found.append((column, ca, cb, d, basis))
+    if not found:
+        raise MixbenchError(f"'{row_a.label}' and '{row_b.label}' share no scored column in {store.root}; run the "
+                            "same suites for both.")
+    reject, _ = stats.holm([d.p_value for *_, d, _ in found], alpha)
+    out = []
+    for (column, ca, cb, d, basis), significant in zip(found, reject):
+        iv = d.interval
+        if not significant:
+            verdict = "no difference shown"
+        else:
+            a_better = (d.difference > 0) == column.higher_is_better
+            verdict = "A better" if a_better else "B better"
+        out.append(Comparison(column.name, column.higher_is_better, ca.value, cb.value, d.difference,
+                              None if iv is None else iv.low, None if iv is None else iv.high, basis, d.p_value,
+                              verdict))
+    return row_a.label, row_b.label, out
+
+
+def _row(table, store: ResultsStore, name: str):
+    matches = [r for r in table.rows if name in (r.label, r.key, r.mixer)]
+    if not matches:
+        matches = [r for r in table.rows if any(run.run_id.startswith(name) for run in r.runs)] if len(
+            name) >= MIN_PREFIX else []
+    if not matches:
+        raise MixbenchError(f"no model '{name}' in {store.root}; models: "
+                            f"{', '.join(sorted({r.label for r in table.rows})) or 'none'}.")
+    if len(matches) > 1:
+        raise MixbenchError(f"'{name}' names {len(matches)} models ({', '.join(sorted(r.key for r in matches)[:4])}"
+                            "); give a row key or a run id.")
+    return matches[0]
+
+
+def compare_text(store: ResultsStore, a: str, b: str, suites: Iterable[str] | None = None,
+                 all_metrics: bool = False) -> str:
+    """``mixbench compare``: a line per column both models have (the board's headline columns, or every metric)."""
+    label_a, label_b, rows = compare_models(store, a, b, suites, all_metrics=all_metrics)
+    body = [[c.column, _number(c.a), _number(c.b),
+             _number(c.difference) + ("" if c.low is None else f" [{_number(c.low)}, {_number(c.high)}]"),
+             c.basis, f"{c.p_value:.3g}", c.verdict] for c in rows]
+    header = ["column", "A", "B", "A - B [95%]", "paired on", "p", "verdict (Holm)"]
+    return "\n".join([
+        f"A = {label_a}", f"B = {label_b}",
+        "A - B on shared items is a paired bootstrap on the items' own scale (NLL per token for perplexity, the "
+        "item's score elsewhere; seeds averaged per item); without shared items, a normal interval from the two "
+        f"intervals. Holm's correction over the {len(rows)} columns, alpha 0.05.",
+        _table(header, body, {1, 2, 5}),
+    ])

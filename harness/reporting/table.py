@@ -1,0 +1,379 @@
+"""Board rows from the results store: one row per model, one cell per (suite, metric) of the canonical config
+(docs/DESIGN.md §6; docs/ARCHITECTURE.md "The board"). The one place that turns runs into rows: the board, the
+renderers, the site and the nightly comparison all read :func:`build_table`.
+
+Rules, each a decision the design asks for:
+
+* **Rows are models.** A row is a model identity without its seed (``Subject.row_id``): seeds of one
+  configuration share a row and are averaged; a model whose mixer, backbone, training or data config differs
+  from its preset's default is another row, labelled with the difference (``protot (n_prototypes=4)``).
+  Runs of a mixer-scoped suite (trained from the mixer's definition) join every row of that mixer and config.
+* **Stale code is not a row of its own.** When the code (a mixer's or the core's source, a package version)
+  changed, the new runs form a new model identity; by default the board shows, per configuration, only the
+  model with the newest run and says how many older ones it hides (``include_stale`` shows them).
+* **Canonical cells.** A cell comes from the suite's canonical config: among the runs not marked
+  ``override`` (an ad-hoc ``--suite-config``), the config that covers the most rows (ties: the newest). Runs
+  under other configs never replace it; ``all_configs`` adds them as their own columns.
+* **Seeds.** A cell is the mean over seeds with a Student-t interval (two or more seeds), or the run's own
+  interval (one seed). Per-item values are averaged over seeds item by item, for the board's paired tests.
+* Missing stays missing: no cell is filled in or averaged over fewer parts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from typing import Any
+
+from harness import stats
+from harness.config import canonical_json
+from harness.store.identity import lineage_identity
+from harness.store.results import ResultsStore, RunRecord
+from harness.stats import Interval
+from harness.suite import Metric
+
+@dataclass(frozen=True)
+class Column:
+    """A board column: one metric of one suite under one config (``config`` is "" for the canonical one)."""
+
+    suite: str
+    metric: str
+    role: str
+    higher_is_better: bool
+    unit: str = ""
+    config: str = ""
+    headline: bool = True
+
+    @property
+    def name(self) -> str:
+        suite = f"{self.suite}[{self.config}]" if self.config else self.suite
+        return f"{suite}/{self.metric}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A row's value in a column: mean over seeds, its interval, per-item values and reliability."""
+
+    value: float
+    interval: Interval | None
+    n_seeds: int
+    higher_is_better: bool
+    unit: str = ""
+    items: dict[str, tuple[float, float]] | None = None  # item id -> (value, weight), averaged over seeds
+    unreliable: str | None = None
+    chance: float | None = None
+    perfect: float | None = None
+    n: int | None = None
+
+    @property
+    def outside_interval(self) -> bool:
+        return self.interval is not None and self.interval.finite and not self.interval.contains(self.value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "value": _json(self.value),
+            "interval": None if self.interval is None else self.interval.to_json(),
+            "n_seeds": self.n_seeds,
+            "n": self.n,
+            "higher_is_better": self.higher_is_better,
+            "unit": self.unit,
+            "unreliable": self.unreliable,
+            "chance": self.chance,
+        }
+
+
+def _json(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+@dataclass
+class Row:
+    """A model on the board (seeds of one configuration together)."""
+
+    key: str
+    label: str
+    mixer: str
+    mixer_id: str
+    preset: str
+    seeds: tuple[Any, ...] = ()
+    parameters: int | None = None
+    state_floats: int | None = None
+    train_flops: float | None = None
+    train_tokens_per_s: float | None = None
+    gate: str = ""
+    control: bool = False  # a control row (docs/controls.md): shown, compared with, never ranked
+    context_free: bool = False
+    lineage: str = ""
+    newest: str = ""  # written_at of its newest run
+    runs: list[RunRecord] = field(default_factory=list)
+
+
+@dataclass
+class Table:
+    rows: list[Row]
+    columns: list[Column]
+    cells: dict[tuple[str, str], Cell]  # (row key, column name) -> cell
+    notes: list[str] = field(default_factory=list)
+    root: str = ""
+
+    def cell(self, row: Row | str, column: Column | str) -> Cell | None:
+        key = row.key if isinstance(row, Row) else row
+        name = column.name if isinstance(column, Column) else column
+        return self.cells.get((key, name))
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+    @property
+    def empty(self) -> bool:
+        return not self.rows
+
+    def shown_configs(self) -> dict[str, str]:
+        """Per suite, the config label of its first columns: the canonical config ("") or, for a suite with only
+        ad-hoc runs, the stand-in the table chose. Those columns vote and head the compact view."""
+        shown: dict[str, str] = {}
+        for c in self.columns:
+            shown.setdefault(c.suite, c.config)
+        return shown
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def build_table(store: ResultsStore, suites: Iterable[str] | None = None, *, all_metrics: bool = False,
+                all_configs: bool = False, include_stale: bool = False) -> Table:
+    """The table of the store at ``store`` (see the module docstring for the rules)."""
+    return table_from_runs(list(store.iter_runs(samples=False)), str(store.root), suites, all_metrics=all_metrics,
+                           all_configs=all_configs, include_stale=include_stale)
+
+
+def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str] | None = None, *,
+                    all_metrics: bool = False, all_configs: bool = False, include_stale: bool = False) -> Table:
+    notes: list[str] = []
+    model_runs = [r for r in runs if r.manifest.subject.kind == "model"]
+    mixer_runs = [r for r in runs if r.manifest.subject.kind == "mixer"]
+    rows = _rows(model_runs)
+    if not include_stale:
+        rows, hidden = _newest_lineage(rows)
+        if hidden:
+            notes.append(f"{hidden} row(s) of models trained by older code of the same configuration are hidden "
+                         "(--all-versions shows them)")
+    by_mixer: dict[str, list[Row]] = defaultdict(list)
+    for row in rows.values():
+        by_mixer[row.mixer_id].append(row)
+    for run in mixer_runs:  # a mixer-scoped run joins every row of its mixer and config, or makes its own row
+        targets = by_mixer.get(run.manifest.subject.mixer_id)
+        if not targets:
+            key = run.manifest.subject.row_id
+            if key not in rows:
+                s = run.manifest.subject
+                rows[key] = Row(key, s.label, s.mixer, s.mixer_id, "—", lineage=key, control=s.control,
+                                context_free=s.context_free)
+                by_mixer[run.manifest.subject.mixer_id].append(rows[key])
+            targets = [rows[key]]
+        for row in targets:
+            row.runs.append(run)
+    for row in rows.values():  # after the join: a mixer-scoped run's gate verdict counts for its rows too
+        row.gate = _gate_status(row.runs)
+    wanted = list(dict.fromkeys(suites)) if suites else None
+    available = sorted({r.manifest.suite for row in rows.values() for r in row.runs})
+    if wanted:
+        unknown = [s for s in wanted if s not in available]
+        if unknown:
+            notes.append(f"no results for suite(s) {', '.join(unknown)} (suites with results: "
+                         f"{', '.join(available) or 'none'})")
+    order = wanted or available
+    columns, cells = _cells(list(rows.values()), order, all_metrics, all_configs, notes)
+    ordered = sorted(rows.values(), key=lambda r: (_preset_rank(r.preset), r.label))
+    return Table(ordered, columns, cells, notes, root)
+
+
+def _preset_rank(preset: str) -> tuple[int, str]:
+    from harness.config import PRESETS
+
+    names = list(PRESETS)
+    return (names.index(preset), "") if preset in names else (len(names), preset)
+
+
+def _lineage(run: RunRecord) -> str:
+    return lineage_identity(dict(run.manifest.identity.get("subject_parts") or {}))
+
+
+def _rows(runs: list[RunRecord]) -> dict[str, Row]:
+    rows: dict[str, Row] = {}
+    for run in sorted(runs, key=lambda r: r.manifest.written_at):
+        s = run.manifest.subject
+        row = rows.get(s.row_id)
+        if row is None:
+            row = rows[s.row_id] = Row(s.row_id, s.label, s.mixer, s.mixer_id, s.preset or "—", lineage=_lineage(run),
+                                       control=s.control, context_free=s.context_free)
+        row.runs.append(run)
+        row.newest = max(row.newest, run.manifest.written_at)
+    for row in rows.values():
+        subjects = {r.manifest.subject.id: r.manifest.subject for r in row.runs}.values()
+        row.seeds = tuple(sorted({s.seed for s in subjects if s.seed is not None}))
+        row.parameters = _mean_int([s.parameters for s in subjects])
+        row.state_floats = _mean_int([s.state_floats for s in subjects])
+        row.train_flops = _mean([s.train_flops for s in subjects])
+        row.train_tokens_per_s = _mean([s.train_tokens_per_s for s in subjects])
+    return rows
+
+
+def _gate_status(runs: list[RunRecord]) -> str:
+    """The gate verdict the runs share, or "mixed"."""
+    statuses = {r.manifest.gate.status for r in runs}
+    return statuses.pop() if len(statuses) == 1 else "mixed"
+
+
+def _newest_lineage(rows: dict[str, Row]) -> tuple[dict[str, Row], int]:
+    best: dict[str, Row] = {}
+    for row in rows.values():
+        if row.lineage not in best or row.newest > best[row.lineage].newest:
+            best[row.lineage] = row
+    kept = {r.key: r for r in best.values()}
+    return kept, len(rows) - len(kept)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return statistics.fmean(known) if known else None
+
+
+def _mean_int(values: list[int | None]) -> int | None:
+    m = _mean(values)
+    return None if m is None else int(round(m))
+
+
+def _config_key(run: RunRecord) -> str:
+    return canonical_json(run.manifest.suite_config)
+
+
+def _canonical_configs(rows: list[Row], suite: str) -> tuple[str | None, bool, list[str]]:
+    """The suite's canonical config (the non-override config that covers most rows; ties: the newest), whether
+    it is one (False: the suite has only ad-hoc override runs, and the most-covering override config stands in,
+    labelled with its config), and the other configs, as config keys."""
+    coverage: dict[str, set[str]] = defaultdict(set)
+    newest: dict[str, str] = {}
+    canonical_keys: set[str] = set()
+    for row in rows:
+        for run in row.runs:
+            if run.manifest.suite != suite:
+                continue
+            key = _config_key(run)
+            coverage[key].add(row.key)
+            newest[key] = max(newest.get(key, ""), run.manifest.written_at)
+            if run.manifest.canonical:
+                canonical_keys.add(key)
+    if not coverage:
+        return None, False, []
+    pool = canonical_keys or set(coverage)
+    chosen = max(pool, key=lambda k: (len(coverage[k]), newest[k]))
+    return chosen, bool(canonical_keys), sorted(set(coverage) - {chosen})
+
+
+def _cells(rows: list[Row], suites: list[str], all_metrics: bool, all_configs: bool,
+           notes: list[str]) -> tuple[list[Column], dict[tuple[str, str], Cell]]:
+    columns: list[Column] = []
+    cells: dict[tuple[str, str], Cell] = {}
+    for suite in suites:
+        shown, is_canonical, others = _canonical_configs(rows, suite)
+        configs = ([shown] if shown is not None else []) + (others if all_configs else [])
+        hidden = sum(1 for row in rows for r in row.runs if r.manifest.suite == suite and _config_key(r) in others)
+        if hidden and not all_configs:
+            notes.append(f"{hidden} {suite} run(s) under other configs are not on the board (--all-configs shows them)")
+        if shown is not None and not is_canonical:
+            notes.append(f"{suite} has only runs under ad-hoc configs (--suite-config); its column shows "
+                         f"{_label_of(rows, suite, shown)}")
+        for config in configs:
+            label = "" if config == shown and is_canonical else _label_of(rows, suite, config)
+            for column, per_row in _suite_columns(rows, suite, config, label, all_metrics):
+                columns.append(column)
+                for row_key, cell in per_row.items():
+                    cells[(row_key, column.name)] = cell
+    return columns, cells
+
+
+def _label_of(rows: list[Row], suite: str, config: str) -> str:
+    for row in rows:
+        for run in row.runs:
+            if run.manifest.suite == suite and _config_key(run) == config:
+                return run.manifest.config_label
+    return "?"
+
+
+def _suite_columns(rows: list[Row], suite: str, config: str, label: str, all_metrics: bool):
+    """Columns of one suite under one config, in the order metrics first appear, with each row's cell."""
+    per_metric: dict[str, dict[str, dict[Any, Metric]]] = defaultdict(lambda: defaultdict(dict))
+    first: dict[str, Metric] = {}
+    headline: tuple[str, ...] = ()
+    for row in rows:
+        for run in sorted(row.runs, key=lambda r: r.manifest.written_at):  # newest last: it wins per seed
+            m = run.manifest
+            if m.suite != suite or _config_key(run) != config:
+                continue
+            headline = m.headline or headline
+            for metric in run.metrics:
+                first.setdefault(metric.name, metric)
+                per_metric[metric.name][row.key][m.subject.seed] = metric
+    out = []
+    for name, metric in first.items():
+        shown = all_metrics or _is_headline(name, headline)
+        if not shown:
+            continue
+        column = Column(suite, name, metric.role, metric.higher_is_better, metric.unit, label,
+                        _is_headline(name, headline))
+        out.append((column, {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric[name].items()}))
+    # the suite's headline order, then the rest as they appear: the first column is the suite's first headline
+    # (the compact view's column, the Pareto view's speed), whatever order the suite emits its metrics in
+    return sorted(out, key=lambda item: _headline_rank(item[0].metric, headline))
+
+
+def _is_headline(name: str, headline: tuple[str, ...]) -> bool:
+    return not headline or any(fnmatch(name, pattern) for pattern in headline)
+
+
+def _headline_rank(name: str, headline: tuple[str, ...]) -> int:
+    """The index of the first headline pattern ``name`` matches; past the last for a metric that is not one."""
+    return next((i for i, pattern in enumerate(headline) if fnmatch(name, pattern)), len(headline))
+
+
+def seed_cell(metrics: list[Metric]) -> Cell:
+    """One cell from the metric of each seed (see the module docstring)."""
+    first = metrics[0]
+    values = [m.value for m in metrics]
+    unreliable = next((m.unreliable for m in metrics if m.unreliable), None)
+    items = _mean_items([m.items for m in metrics]) if all(m.items is not None for m in metrics) else None
+    n = sum(m.n for m in metrics if m.n is not None) if any(m.n is not None for m in metrics) else None
+    if len(metrics) == 1:
+        return Cell(first.value, first.interval, 1, first.higher_is_better, first.unit, items, unreliable,
+                    first.chance, first.perfect, n)
+    finite = [v for v in values if math.isfinite(v)]
+    value = statistics.fmean(finite) if len(finite) == len(values) else math.nan
+    interval = stats.t_interval(values) if math.isfinite(value) else None
+    chance = first.chance if all(m.chance == first.chance for m in metrics) else _mean([m.chance for m in metrics])
+    return Cell(value, interval, len(metrics), first.higher_is_better, first.unit, items, unreliable, chance,
+                first.perfect, n)
+
+
+def _mean_items(all_items) -> dict[str, tuple[float, float]] | None:
+    """Per item id: the mean value (and weight) over seeds; duplicated ids within a run are averaged first."""
+    sums: dict[str, list[float]] = {}
+    for items in all_items:
+        per_run: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        weights = items.weights or (1.0,) * len(items.ids)
+        for i, v, w in zip(items.ids, items.values, weights):
+            per_run[i].append((v, w))
+        for i, pairs in per_run.items():
+            v = statistics.fmean(p[0] for p in pairs)
+            w = statistics.fmean(p[1] for p in pairs)
+            acc = sums.setdefault(i, [0.0, 0.0, 0])
+            acc[0] += v
+            acc[1] += w
+            acc[2] += 1
+    n_runs = len(all_items)
+    common = {i: (a[0] / a[2], a[1] / a[2]) for i, a in sums.items() if a[2] == n_runs}
+    return common or None

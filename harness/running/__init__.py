@@ -1,0 +1,1 @@
+"""Planning and running work: training, planned runs, evaluation, grids, executors, plans, nightly."""

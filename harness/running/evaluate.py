@@ -1,0 +1,283 @@
+"""Scoring a checkpoint (or, for mixer-scoped suites, a mixer definition) with a suite into the results store.
+
+What is scored and how is a :class:`harness.running.planned.PlannedRun`; its id is :func:`harness.store.identity.run_identity`
+of the scored model's identity and the suite's name, version, source fingerprint and full config (plus the device
+for device-dependent suites): the same model scored the same way by the same code is the same run, and re-running
+it is a no-op unless forced. The mixer
+must have passed the conformance gate (:func:`harness.model.gate.require_gate`) before anything is computed or
+written; ``skip_gate`` scores anyway and records it.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.model.checkpoint import Checkpoint, load_model
+from harness.config import PRESETS, BackboneConfig, DataConfig, ModelSpec, TrainConfig, get_preset, to_dict
+from harness.errors import MixbenchError
+from harness.model.gate import require_gate
+from harness.store.identity import Identity, mixer_identity, model_identity, row_identity, trained_identity
+from harness.store.manifest import GateRecord, RunManifest, Subject, diff_from
+from harness.store.provenance import provenance
+from harness.running.planned import PlannedRun
+from harness.registry import MIXERS, SUITES, Entry
+from harness.store.results import ResultsStore
+from harness.suite import AggregateRun, SuiteContext, SuiteResult
+
+
+@dataclass
+class EvalOutcome:
+    run_id: str
+    suite: str
+    skipped: bool
+    seconds: float
+
+
+def checkpoint_identity(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
+    """The identity stored when the checkpoint was trained (verified against its config on load), or, for a
+    checkpoint written before identities were stored, the identity this code gives its spec."""
+    stored = ckpt.meta.get("model_identity")
+    if isinstance(stored, dict) and isinstance(stored.get("id"), str):
+        return Identity(stored["id"], dict(stored.get("parts") or {}))
+    print(f"[mixbench] {ckpt.path} was trained before model identities were recorded; its identity is computed "
+          "from its config and today's code.", file=sys.stderr)
+    return model_identity(ckpt.spec, data_fingerprint)
+
+
+def checkpoint_subject(ckpt: Checkpoint, data_fingerprint: str) -> Identity:
+    """What a model-scoped run of ``ckpt`` scores: its model identity and the hash of its weights."""
+    return trained_identity(checkpoint_identity(ckpt, data_fingerprint), ckpt.meta.get("weights_sha256"))
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How a planned run is made, apart from what it is: the kernel, whether to redo a stored run, progress
+    output, whether the gate is skipped (recorded), whether the suite's cross-run step follows (``aggregate``; a
+    grid aggregates once at its end), and a work folder to keep (default: a temporary one)."""
+
+    kernel: str | None = None
+    force: bool = False
+    progress: bool = True
+    skip_gate: bool = False
+    aggregate: bool = True
+    work_dir: Path | None = None
+
+
+def evaluate(
+    checkpoint: Path | str | None,
+    run: PlannedRun,
+    store: ResultsStore,
+    options: EvalOptions = EvalOptions(),
+    *,
+    corpus=None,
+    gate: GateRecord | None = None,
+    loaded: tuple[Any, Checkpoint] | None = None,
+    mixer: str | None = None,
+    mixer_config: dict[str, Any] | None = None,
+    preset: str = "tiny",
+) -> EvalOutcome:
+    """Make the planned ``run`` on ``checkpoint``; every input is validated, and the gate passed, before any work.
+
+    A mixer-scoped suite may instead take ``mixer`` (+ ``mixer_config``): it trains its own small models, and
+    the gate checks the mixer at ``preset``'s backbone. With ``options.aggregate``, the suite's cross-run step
+    (:meth:`Suite.aggregate`) follows, also when the run was already in the store; a grid passes False and
+    aggregates once at its end. ``gate`` is a verdict the caller already holds (a grid gates in its driver);
+    ``loaded`` the ``(model, checkpoint)`` of ``checkpoint`` already loaded (a grid job loads it once for all its
+    suites): it is put back in eval mode with no gradients and the kernel asked for before the suite sees it.
+    """
+    entry = SUITES.get(run.suite)
+    suite_obj = entry.cls(run.config())
+    device, progress = run.device, options.progress
+    if checkpoint is None:
+        if entry.cls.scope != "mixer" or mixer is None:
+            raise MixbenchError(
+                f"suite '{run.suite}' scores a trained model: pass --checkpoint DIR"
+                + (" (or --mixer NAME, since it trains its own models)" if entry.cls.scope == "mixer" else "") + "."
+            )
+        return _evaluate_mixer(run, suite_obj, mixer, mixer_config or {}, preset, store, options, gate)
+    model, ckpt = loaded if loaded is not None else load_model(checkpoint, device)
+    model.eval().zero_grad(set_to_none=True)  # a suite before this one may have trained or back-propagated
+    if options.kernel is not None:
+        model.set_kernel(options.kernel)
+    if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
+        return _evaluate_mixer(run, suite_obj, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config, "tiny", store,
+                               options, gate)
+    from harness.corpus.data import load_corpus
+
+    if gate is None:
+        gate = require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, options.skip_gate,
+                            progress=progress)
+    if corpus is None:
+        corpus = load_corpus(ckpt.spec.data, progress=progress)
+    trained_on = ckpt.meta.get("corpus_fingerprint")
+    if trained_on is not None and trained_on != corpus.fingerprint:
+        raise MixbenchError(
+            f"the data or tokenizer of {ckpt.spec.data.source} changed since {ckpt.path} was trained "
+            f"(fingerprint {corpus.fingerprint} vs {trained_on}); retrain the checkpoint."
+        )
+    subject_id = checkpoint_subject(ckpt, corpus.fingerprint)
+    run = run.bind(subject_id)
+    assert run.identity is not None
+    if store.has_run(run.identity.id) and not options.force:
+        if options.aggregate:
+            write_aggregate(store, suite_obj, progress)
+        return EvalOutcome(run.identity.id, run.suite, True, 0.0)
+    suite_obj.validate(model)
+    store.ensure_writable()
+    with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
+        ctx = SuiteContext(corpus, Path(options.work_dir or scratch), ckpt.spec.train.seed, device, progress)
+        t0 = time.perf_counter()
+        result = suite_obj.run(model, ctx)
+        seconds = time.perf_counter() - t0
+        manifest = build_manifest(
+            entry, suite_obj.cfg, run.config_source, model_subject(ckpt, model, subject_id, device), gate,
+            run.identity, result, timings={"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
+            data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
+        )
+        store.write_run(run.identity.id, manifest, result, force=options.force)
+    if options.aggregate:
+        write_aggregate(store, suite_obj, progress)
+    return EvalOutcome(run.identity.id, run.suite, False, seconds)
+
+
+def _evaluate_mixer(run: PlannedRun, suite_obj, mixer: str, mixer_config: dict[str, Any], preset: str,
+                    store: ResultsStore, options: EvalOptions, gate: GateRecord | None) -> EvalOutcome:
+    entry = SUITES.get(run.suite)
+    device, progress = run.device, options.progress
+    if gate is None:
+        p = get_preset(preset)
+        spec = ModelSpec(mixer, dict(mixer_config), BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
+        gate = require_gate(spec, preset, device, options.skip_gate, progress=progress)
+    subject_id = mixer_identity(mixer, mixer_config)
+    run = run.bind(subject_id)
+    assert run.identity is not None
+    if store.has_run(run.identity.id) and not options.force:
+        return EvalOutcome(run.identity.id, entry.name, True, 0.0)
+    store.ensure_writable()
+    with tempfile.TemporaryDirectory(prefix=f"mixbench-{entry.name}-") as scratch:
+        ctx = SuiteContext(None, Path(options.work_dir or scratch), 0, device, progress)
+        t0 = time.perf_counter()
+        result = suite_obj.run_mixer(mixer, dict(mixer_config), ctx)
+        seconds = time.perf_counter() - t0
+        manifest = build_manifest(entry, suite_obj.cfg, run.config_source,
+                                  mixer_subject(mixer, mixer_config, subject_id), gate, run.identity, result,
+                                  timings={"eval_s": round(seconds, 3)})
+        store.write_run(run.identity.id, manifest, result, force=options.force)
+    if options.aggregate:
+        write_aggregate(store, suite_obj, progress)
+    return EvalOutcome(run.identity.id, entry.name, False, seconds)
+
+
+def write_aggregate(store: ResultsStore, suite_obj: Any, progress: bool) -> list[str]:
+    """Run ``suite_obj``'s cross-run step and write the runs it returns: with :func:`evaluate`, the only place
+    runs reach the store (suites read it and return typed results). Returns the ids written."""
+    return store_runs(store, suite_obj.aggregate(store, progress))
+
+
+def store_runs(store: ResultsStore, runs: list[AggregateRun]) -> list[str]:
+    """Write runs a suite made outside :func:`evaluate` (its cross-run step, or its own command)."""
+    if runs:
+        store.ensure_writable()
+    for run in runs:
+        store.write_run(run.run_id, run.manifest, run.result, force=run.replace or store.has_run(run.run_id))
+    return [run.run_id for run in runs]
+
+
+# ---------------------------------------------------------------------------------------------- manifests
+
+
+def _mixer_parts(mixer: str, mixer_config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    mix = MIXERS.get(mixer)
+    full = to_dict(mix.make_config(mixer_config))
+    return mix.source, full, diff_from(full, to_dict(mix.config_cls()))
+
+
+def control_flags(mixer: str) -> dict[str, bool]:
+    """What the board needs to know of a control (docs/controls.md), read off the mixer's class flags."""
+    cls = MIXERS.get(mixer).cls
+    return {"control": bool(cls.control), "context_free": bool(cls.context_free)}
+
+
+def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> Subject:
+    """What the board needs to know about a scored checkpoint: who it is and what it costs."""
+    spec = ckpt.spec
+    source, full, diff = _mixer_parts(spec.model.mixer, spec.model.mixer_config)
+    preset_backbone, preset_train, preset_data = _preset_defaults(spec.preset)
+    backbone = to_dict(spec.model.backbone)
+    train = to_dict(spec.train)
+    return Subject(
+        kind="model",
+        id=identity.id,
+        row_id=row_identity(identity),
+        mixer_id=mixer_identity(spec.model.mixer, spec.model.mixer_config).id,
+        mixer=spec.model.mixer,
+        mixer_source=source,
+        mixer_config=full,
+        config_diff=diff,
+        preset=spec.preset,
+        backbone=backbone,
+        backbone_diff={k: v for k, v in diff_from(backbone, preset_backbone).items() if k != "vocab_size"},
+        train_diff={k: v for k, v in diff_from(train, preset_train).items() if k != "seed"},
+        data_diff=diff_from(to_dict(spec.data), preset_data),
+        seed=spec.train.seed,
+        checkpoint=str(ckpt.path),
+        checkpoint_step=ckpt.step,
+        weights_sha256=ckpt.meta.get("weights_sha256"),
+        parameters=model.num_parameters(),
+        state_floats=model.state_size(spec.model.backbone.context),
+        train_flops=ckpt.meta.get("train_flops"),
+        train_tokens_per_s=ckpt.meta.get("tokens_per_s"),
+        kernel=model.kernel,
+        device=device,
+        dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
+        packages=model.mixers[0].package_versions(),
+        loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
+        **control_flags(spec.model.mixer),
+    )
+
+
+def mixer_subject(mixer: str, mixer_config: dict[str, Any], identity: Identity) -> Subject:
+    source, full, diff = _mixer_parts(mixer, mixer_config)
+    return Subject(kind="mixer", id=identity.id, row_id=identity.id, mixer_id=identity.id, mixer=mixer,
+                   mixer_source=source, mixer_config=full, config_diff=diff, **control_flags(mixer))
+
+
+def _preset_defaults(preset: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The backbone, training and data values a model of ``preset`` has by default (for the board's labels)."""
+    if preset not in PRESETS:
+        return {}, {}, {}
+    p = PRESETS[preset]
+    backbone = to_dict(BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
+    return backbone, to_dict(TrainConfig(**p.train)), to_dict(DataConfig(vocab_size=p.vocab_size))
+
+
+def build_manifest(
+    entry: Entry, cfg: Any, source: str, subject: Subject, gate: GateRecord, identity: Identity,
+    result: SuiteResult | None, timings: dict[str, Any] | None = None, data: dict[str, Any] | None = None,
+    kind: str = "suite", extra: dict[str, Any] | None = None,
+) -> RunManifest:
+    """The one place a manifest is built (suite runs, lm-eval runs, a suite's cross-run records)."""
+    full = to_dict(cfg)
+    return RunManifest(
+        suite=entry.name,
+        suite_version=int(entry.cls.version),
+        suite_config=full,
+        config_source=source,
+        config_diff=diff_from(full, to_dict(entry.config_cls())),
+        subject=subject,
+        gate=gate,
+        identity=identity.parts,
+        kind=kind,
+        headline=tuple(entry.cls.headline),
+        suite_info=dict(result.info) if result is not None else {},
+        data=dict(data or {}),
+        timings=dict(timings or {}),
+        provenance=provenance(),
+        extra=dict(extra or {}),
+    )
+
