@@ -1,4 +1,4 @@
-"""Each mixer's CUDA path against its CPU reference path, with the same weights (see mixers/parity.py).
+"""Each mixer's CUDA path against its CPU reference path, with the same weights (see mixers/common/parity.py).
 
 For every mixer and mode (fp32, bf16 autocast, prefill + decode) prints the kernel used on the GPU, the max
 absolute and max relative error (max |cuda - ref| / max |ref| over outputs and all gradients) and the tolerance;
@@ -19,7 +19,7 @@ import time
 import harness  # noqa: F401  (first: the threading policy is set before torch loads)
 import torch
 
-from mixers import parity
+from mixers.common import parity
 
 ALL = "protot,attention,mamba,mamba2,deltanet,gated-deltanet"
 

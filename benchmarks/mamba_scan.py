@@ -1,5 +1,5 @@
 """Mamba-1's selective scan on CPU, side by side: mamba-ssm's ``selective_scan_ref``, the PyTorch recurrence of
-``mixers.selective_scan_cpu`` and the compiled loop of ``mixers.selective_scan_c``; then the whole layer per kernel.
+``mixers.mamba.selective_scan`` and the compiled loop of ``mixers.mamba.selective_scan_c``; then the whole layer per kernel.
 
 Forward + backward at B = 4, T = 256, d_model = 256 by default (Mamba's expand 2 and d_state 16: 512 channels of
 16 states), on inputs shaped and scaled as the Mamba layer makes them (step sizes in Mamba's [1e-3, 1e-1]). Two
@@ -21,9 +21,9 @@ import torch
 
 import _common
 from harness.timing import Candidate, interleaved
-from mixers import _mamba_routing, mamba_cpu, selective_scan_c
-from mixers.mamba import MambaConfig, MambaMixer
-from mixers.selective_scan_cpu import selective_scan_cpu
+from mixers.mamba import mamba_routing, fused_cpu, selective_scan_c
+from mixers.mamba.layer import MambaConfig, MambaMixer
+from mixers.mamba.selective_scan import selective_scan_cpu
 
 
 def scan_inputs(batch: int, channels: int, states: int, length: int, gen: torch.Generator) -> dict:
@@ -53,7 +53,7 @@ def package_layout(fn):
 
 
 def compiled(x):
-    return mamba_cpu.scan(x["u"], x["delta"], x["delta_bias"], x["A"], x["B"], x["C"], x["D"], x["z"])[0]
+    return fused_cpu.scan(x["u"], x["delta"], x["delta_bias"], x["A"], x["B"], x["C"], x["D"], x["z"])[0]
 
 
 def main() -> None:
@@ -68,7 +68,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)  # as the CLI does
-    _mamba_routing.install()
+    mamba_routing.install()
     from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
 
     cfg = MambaConfig()

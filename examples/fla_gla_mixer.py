@@ -36,7 +36,7 @@ kernels (``fla.ops.gla.chunk_gla``, ``fused_recurrent_gla``) take the same argum
 ``[B, T, H, K]``, ``initial_state``, ``output_final_state``) and return the same state; adding one means listing
 it after ``naive`` in ``kernels`` only where it can run (a CUDA tensor and an importable Triton), because the
 gate compares every kernel a layer lists with the first one, and ``default_kernel(device)`` picking it on CUDA.
-``mixers/deltanet.py`` does this for fla's DeltaNet layers. This example leaves it out: it was written and
+``mixers/deltanet/layer.py`` does this for fla's DeltaNet layers. This example leaves it out: it was written and
 checked on a machine without a GPU.
 """
 

@@ -103,6 +103,9 @@ class Mixer(nn.Module):
         return self.kernels[0]
 
     def set_kernel(self, kernel: str) -> None:
+        """Use ``kernel``; ``reference`` names every mixer's reference kernel (its first), whatever its own name
+        for it (attention's ``naive``, DeltaNet's and ProtoT's ``recurrent``), so one word means the definition."""
+        kernel = self.kernels[0] if kernel == "reference" else kernel
         if kernel not in self.kernels:
             raise ConfigError(
                 f"mixer '{self.name}' has no kernel '{kernel}'; choose one of {', '.join(self.kernels)}."

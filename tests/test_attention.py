@@ -9,7 +9,7 @@ import torch
 
 from harness import Recorder
 from harness.errors import ConfigError
-from mixers.attention import Attention, AttentionConfig, apply_rope, rope_tables
+from mixers.attention.layer import Attention, AttentionConfig, apply_rope, rope_tables
 
 
 def rope_rotate(vec: torch.Tensor, pos: int, theta: float) -> torch.Tensor:

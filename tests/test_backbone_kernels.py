@@ -95,7 +95,7 @@ def test_without_a_compiler_the_torch_paths_take_over(without_a_compiler):
     definitions."""
     code = (
         "import torch, torch.nn.functional as F\n"
-        "from harness import backbone_kernels as bk, lm_head\n"
+        "from harness.model import backbone_kernels as bk, lm_head\n"
         "assert bk._LIBRARY.get() is None and lm_head._LIBRARY.get() is None\n"
         "x = torch.randn(6, 20, requires_grad=True); w = torch.rand(20) + 0.5\n"
         "ref = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w\n"

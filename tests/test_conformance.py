@@ -126,7 +126,7 @@ def test_skip_gate_scores_anyway_and_says_so(tmp_path):
 
 
 def test_registering_an_existing_name_needs_override():
-    with pytest.raises(MixbenchError, match=r"'attention' is registered by mixers.attention.Attention and again by "
+    with pytest.raises(MixbenchError, match=r"'attention' is registered by mixers.attention.layer.Attention and again by "
                                             r"\S*test_conformance\S*Impostor; .*override=True"):
         @register_mixer("attention")
         class Impostor(adv.Honest):  # noqa: F841

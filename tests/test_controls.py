@@ -20,7 +20,7 @@ from harness.running.plan import plan_from_dict
 from harness.registry import MIXERS, control_mixers, register_mixer
 from harness.store.results import ResultsStore
 from harness.running.runner import GridRequest
-from mixers.controls import ControlConfig, NoMixing
+from mixers.controls.layer import ControlConfig, NoMixing
 from tests.conftest import train_tiny
 
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mixers import _mamba_routing, mamba_cpu, selective_scan_c
-from mixers.delta_rule_cpu import chunk_delta_rule
+from mixers.common import short_conv
+from mixers.mamba import fused_cpu, mamba_routing, selective_scan_c
+from mixers.deltanet.delta_rule import chunk_delta_rule
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -69,9 +70,9 @@ def test_chunked_delta_rule_equals_fla_recurrence(gated, with_state, T, chunk):
 def test_chunked_delta_rule_in_blocks_of_one_chunk_equals_fla_recurrence(gated, monkeypatch):
     """Blocks of one chunk each (6 matrices per chunk here): the block loop's seams, in fp32, against fla's
     recurrence, outputs, final state and every gradient, over five chunks and a ragged last one."""
-    from mixers import delta_rule_cpu
+    from mixers.deltanet import delta_rule
 
-    monkeypatch.setattr(delta_rule_cpu, "MATRICES_PER_BLOCK", 6)
+    monkeypatch.setattr(delta_rule, "MATRICES_PER_BLOCK", 6)
     x = delta_inputs(75, gated, with_state=True)
     leaves = [t for t in x.values() if t is not None]
     results = []
@@ -81,7 +82,7 @@ def test_chunked_delta_rule_in_blocks_of_one_chunk_equals_fla_recurrence(gated, 
         o, S = fn()
         grads = torch.autograd.grad(o.sin().sum() + S.square().sum(), leaves)
         results.append([o.detach(), S.detach(), *grads])
-    assert len(delta_rule_cpu._blocks(5, 6)) == 5
+    assert len(delta_rule._blocks(5, 6)) == 5
     for a, b in zip(results[1], results[0]):
         assert rel(a, b) <= 1e-5
 
@@ -107,10 +108,10 @@ def test_written_out_backward_passes_gradcheck(gated, used, per_block, monkeypat
     matrices each, in blocks of one chunk, of two and one, or all three; keys not normalised, beta up to 2,
     log-decays in [-1.5, 0], an initial state, and every output used or only some (autograd then passes None
     for the others)."""
-    from mixers import delta_rule_cpu
-    from mixers.delta_rule_cpu import _DeltaChunks
+    from mixers.deltanet import delta_rule
+    from mixers.deltanet.delta_rule import _DeltaChunks
 
-    monkeypatch.setattr(delta_rule_cpu, "MATRICES_PER_BLOCK", per_block)
+    monkeypatch.setattr(delta_rule, "MATRICES_PER_BLOCK", per_block)
 
     gen = torch.Generator().manual_seed(5)
     N, B, H, C, K, V = 3, 1, 2, 4, 3, 5
@@ -132,7 +133,7 @@ def test_written_out_backward_passes_gradcheck(gated, used, per_block, monkeypat
 
 @pytest.mark.parametrize("C", [1, 7, 16, 32, 64])
 def test_compiled_unit_lower_inverse_equals_the_triangular_solve(C):
-    from mixers import delta_rule_c
+    from mixers.deltanet import delta_rule_c
 
     if not delta_rule_c.usable(torch.zeros(1)):
         pytest.skip("no compiled inverse here")
@@ -202,12 +203,12 @@ SCAN_CASES = [(70, 0.05, reference_scan, 1e-5), (130, 0.5, reference_scan, 1e-5)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_compiled_scan_equals_selective_scan_ref(T, dt, reference, tol, threads, monkeypatch):
     """Output, last state and the gradient of every input, one worker thread or two (channel blocks)."""
-    _mamba_routing.install()
+    mamba_routing.install()
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     x = scan_inputs(T, batch=1 if threads == 2 else 3, dt=dt)
     results = []
     for fn in (lambda: reference(x),
-               lambda: mamba_cpu.scan(x["u"], x["delta"], x["bias"], x["A"], x["B"], x["C"], x["D"], x["z"], x["h0"],
+               lambda: fused_cpu.scan(x["u"], x["delta"], x["bias"], x["A"], x["B"], x["C"], x["D"], x["z"], x["h0"],
                                       with_state=True)):
         out, last = fn()
         grads = torch.autograd.grad(out.sin().sum() + last.square().sum(), list(x.values()))
@@ -222,8 +223,8 @@ def test_compiled_scan_reads_z_from_a_wider_tensor():
     x = scan_inputs(20)
     wide = torch.cat([torch.randn_like(x["z"]), x["z"].detach()], dim=-1)
     args = [x[k].detach() for k in ("u", "delta", "bias", "A", "B", "C", "D")]
-    strided, _ = mamba_cpu.scan(*args, wide.split(x["z"].shape[-1], dim=-1)[1])
-    copied, _ = mamba_cpu.scan(*args, x["z"].detach().contiguous())
+    strided, _ = fused_cpu.scan(*args, wide.split(x["z"].shape[-1], dim=-1)[1])
+    copied, _ = fused_cpu.scan(*args, x["z"].detach().contiguous())
     assert torch.equal(strided, copied)
 
 
@@ -246,8 +247,8 @@ def test_compiled_conv_equals_conv1d(with_history):
         return F.silu(F.conv1d(window, weight, bias, groups=D)).permute(2, 0, 1)
 
     results = []
-    for fn in (reference, lambda: selective_scan_c.ConvSiLU.apply(x, weight, bias, hist),
-               lambda: selective_scan_c.ConvSiLU.apply(x, weight, bias, hist, True)):
+    for fn in (reference, lambda: short_conv.ConvSiLU.apply(x, weight, bias, hist),
+               lambda: short_conv.ConvSiLU.apply(x, weight, bias, hist, True)):
         y = fn()
         results.append([y.detach(), *torch.autograd.grad((y * y.detach().cos()).sum(), leaves)])
     for mine in results[1:]:  # time-major and batch-major outputs
@@ -260,7 +261,7 @@ def test_without_a_compiler_the_torch_scan_takes_over(without_a_compiler):
     PyTorch, and equals the reference kernel."""
     code = (
         "import torch\n"
-        "from mixers import selective_scan_c\n"
+        "from mixers.mamba import selective_scan_c\n"
         "assert not selective_scan_c.available(), 'built without a compiler?'\n"
         "from harness.registry import MIXERS\n"
         "e = MIXERS.get('mamba'); layer = e.cls(e.make_config({}), 16, 0, 1)\n"
@@ -281,10 +282,10 @@ def test_without_a_compiler_the_torch_scan_takes_over(without_a_compiler):
 def test_chunked_ssd_equals_ssd_minimal_discrete(T, groups, chunk, with_state):
     """Outputs, the final state and every gradient equal mamba-ssm's ssd_minimal_discrete (which takes per-head B
     and C and a length that is a multiple of its block) to 1e-5."""
-    _mamba_routing.install()
+    mamba_routing.install()
     from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
 
-    from mixers.ssd_cpu import ssd_chunked
+    from mixers.mamba.ssd import ssd_chunked
 
     gen = torch.Generator().manual_seed(5)
     b, h, p, n = 2, 4, 8, 6

@@ -11,8 +11,9 @@ from harness.model.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
-from mixers import _fla_routing, _routing, parity
-from mixers.deltanet import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetConfig, GatedDeltaNetMixer
+from mixers.deltanet import fla_routing
+from mixers.common import routing, parity
+from mixers.deltanet.layer import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetConfig, GatedDeltaNetMixer
 
 NAMES = ["deltanet", "gated-deltanet"]
 # fla warns whenever use_short_conv=False, which some cases here ask for on purpose
@@ -140,7 +141,7 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     for fn in ("delta_rule_recurrence", "delta_rule_chunkwise"):
         original = getattr(naive, fn)
         monkeypatch.setattr(naive, fn, lambda *a, _f=original, _n=fn, **k: seen.append(_n) or _f(*a, **k))
-    import mixers.delta_rule_cpu as own
+    import mixers.deltanet.delta_rule as own
 
     original = own.chunk_delta_rule
     monkeypatch.setattr(own, "chunk_delta_rule", lambda *a, **k: seen.append("own") or original(*a, **k))
@@ -154,13 +155,13 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
 def test_routing_is_installed_once_and_selected_is_scoped():
     import fla.layers.delta_net as delta_net
 
-    _fla_routing.install()
+    fla_routing.install()
     dispatcher = delta_net.chunk_delta_rule
-    _fla_routing.install()
+    fla_routing.install()
     assert delta_net.chunk_delta_rule is dispatcher
-    with _routing.selected("chunk"):
-        assert _routing.current() == "chunk"
-    assert _routing.current() is None
+    with routing.selected("chunk"):
+        assert routing.current() == "chunk"
+    assert routing.current() is None
 
 
 def test_units_masking_and_recording():

@@ -16,9 +16,10 @@ from harness.model.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
-from mixers import _mamba_routing, parity
-from mixers.mamba import Mamba2Config, Mamba2Mixer, MambaConfig, MambaMixer
-from mixers.selective_scan_cpu import selective_scan_cpu
+from mixers.mamba import mamba_routing
+from mixers.common import parity
+from mixers.mamba.layer import Mamba2Config, Mamba2Mixer, MambaConfig, MambaMixer
+from mixers.mamba.selective_scan import selective_scan_cpu
 
 NAMES = ["mamba", "mamba2"]
 REPO = Path(__file__).resolve().parents[1]
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True, scope="module")
 def _importable_mamba_ssm():
     """mamba-ssm is importable once routed (on a CPU-only build it lacks its CUDA extension); mixers do this."""
-    _mamba_routing.install()
+    mamba_routing.install()
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -190,9 +191,9 @@ def test_package_forward_on_cpu_outside_a_mixer_uses_the_torch_path():
 def test_routing_is_installed_once():
     from mamba_ssm.modules import mamba_simple
 
-    first = _mamba_routing.install()
+    first = mamba_routing.install()
     dispatcher = mamba_simple.selective_scan_fn
-    assert _mamba_routing.install() is first and mamba_simple.selective_scan_fn is dispatcher
+    assert mamba_routing.install() is first and mamba_simple.selective_scan_fn is dispatcher
 
 
 def test_routing_never_shadows_a_compiled_extension():
@@ -201,11 +202,11 @@ def test_routing_never_shadows_a_compiled_extension():
         "import sys, types, torch\n"
         "ext = types.ModuleType('selective_scan_cuda')\n"
         "sys.modules['selective_scan_cuda'] = ext\n"
-        "from mixers import _mamba_routing\n"
-        "routing = _mamba_routing.install()\n"
+        "from mixers.mamba import mamba_routing\n"
+        "routing = mamba_routing.install()\n"
         "assert sys.modules['selective_scan_cuda'] is ext, 'the stand-in replaced the extension'\n"
         "assert routing.selective_scan_cuda\n"
-        "from mixers.mamba import MambaConfig, MambaMixer\n"
+        "from mixers.mamba.layer import MambaConfig, MambaMixer\n"
         "layer = MambaMixer(MambaConfig(), 16, 0, 1)\n"
         "assert layer.kernels == ('reference', 'cpu-scan', 'fused')\n"
         "layer.set_kernel('cpu-scan')\n"
@@ -216,7 +217,7 @@ def test_routing_never_shadows_a_compiled_extension():
 
 
 def test_stand_in_only_without_the_extension():
-    routing = _mamba_routing.install()
+    routing = mamba_routing.install()
     module = sys.modules["selective_scan_cuda"]
     assert routing.selective_scan_cuda != ("mixbench stand-in" in (module.__doc__ or ""))
 

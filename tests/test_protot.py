@@ -10,8 +10,8 @@ import torch
 from harness import Recorder
 from harness.errors import ConfigError
 from harness.values import build_config
-from mixers.protot import ProtoT, ProtoTConfig
-from mixers.protot_kernels import prefix_mean_chunked, prefix_mean_recurrent
+from mixers.protot.layer import ProtoT, ProtoTConfig
+from mixers.protot.kernels import prefix_mean_chunked, prefix_mean_recurrent
 
 
 def direct_protot(layer: ProtoT, x: torch.Tensor) -> torch.Tensor:

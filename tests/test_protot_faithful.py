@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from mixers.protot import ProtoT, ProtoTConfig
+from mixers.protot.layer import ProtoT, ProtoTConfig
 
 D, R, T, B = 128, 32, 150, 2  # quick preset's width; T crosses the chunked kernel's 64-position chunks twice
 N_LAYERS = 4

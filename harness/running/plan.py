@@ -176,7 +176,7 @@ class Plan:
                 SUITES.get(suite).make_config(self.suite_configs.get(suite))
         for mixer in self.mixers:
             kernels = MIXERS.get(mixer).cls.kernels
-            if self.kernel is not None and self.kernel not in kernels:
+            if self.kernel not in (None, "reference", *kernels):  # "reference": every mixer's first kernel
                 raise ConfigError(
                     f"plan {self.name}: kernel '{self.kernel}' is not one of mixer {mixer}'s ({', '.join(kernels)}); "
                     "drop 'kernel' to let each mixer pick its fastest, or run the mixers in separate plans."

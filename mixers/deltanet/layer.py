@@ -1,16 +1,16 @@
 """DeltaNet (``deltanet``) and Gated DeltaNet (``gated-deltanet``) from flash-linear-attention's own layers.
 
 Each mixer holds one ``fla.layers.DeltaNet`` / ``fla.layers.GatedDeltaNet`` at the backbone width; fla is
-imported by the first constructor (through :mod:`mixers._fla_routing`, which routes its kernels), so listing
+imported by the first constructor (through :mod:`mixers.deltanet.fla_routing`, which routes its kernels), so listing
 mixers stays fast. Parameter names and shapes are the fla layer's on every device.
 
-Kernels (:class:`mixers._routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
+Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
 
 * ``recurrent`` — the reference: fla's naive token-by-token recurrences;
 * ``naive-chunk`` — fla's naive chunkwise ops, the same maths (the CPU default until mixbench had its own).
   DeltaNet's chunkwise op takes no state, so calls with a state in or out (prefill, decode) run the recurrence;
   so do single-token calls of either mixer;
-* ``chunk`` — :mod:`mixers.delta_rule_cpu`, mixbench's chunked WY/UT kernel in PyTorch (the default off CUDA):
+* ``chunk`` — :mod:`mixers.deltanet.delta_rule`, mixbench's chunked WY/UT kernel in PyTorch (the default off CUDA):
   batched products over all chunks, a state carried in and out (so prefill and continuation use it too); one-token
   calls (decode) run the recurrence;
 * ``triton`` — fla's Triton kernels, run under bf16 autocast because its chunk delta-rule kernel rejects fp32.
@@ -38,8 +38,9 @@ from harness.mixer import KernelBenchmark, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers import _fla_routing, _routing, delta_rule_cpu, deltanet_cpu
-from mixers._routed_mixer import RoutedMixer
+from mixers.deltanet import fla_routing, delta_rule, fused_cpu
+from mixers.common import routing
+from mixers.common.routed_mixer import RoutedMixer
 
 #: fla's initializer_range
 INIT_STD = 0.02
@@ -100,7 +101,7 @@ class _DeltaBase(RoutedMixer):
 
     def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
-        _fla_routing.install()
+        fla_routing.install()
 
     def _finish_init(self) -> None:
         for module in self.layer.modules():
@@ -114,11 +115,11 @@ class _DeltaBase(RoutedMixer):
         return "triton" if device.type == "cuda" else "chunk"
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        return (delta_rule_cpu.CHUNK, _fla_routing.CHUNK)
+        return (delta_rule.CHUNK, fla_routing.CHUNK)
 
     def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
         """Forward + backward of the chunked delta rule (kernel ``chunk``) at this layer's head sizes, on
-        l2-normalised keys, with 3x the forward pass's FLOPs (:func:`mixers.delta_rule_cpu.chunked_flops`)."""
+        l2-normalised keys, with 3x the forward pass's FLOPs (:func:`mixers.deltanet.delta_rule.chunked_flops`)."""
         if self.kernel != "chunk":
             return None
         H, K, V = self.layer.num_heads, self.layer.head_k_dim, self.layer.head_v_dim
@@ -134,10 +135,10 @@ class _DeltaBase(RoutedMixer):
         grad = torch.randn(batch, seq_len, H, V, generator=gen).to(device)
 
         def run() -> None:
-            o, _ = delta_rule_cpu.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)
+            o, _ = delta_rule.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)
             o.backward(grad)
 
-        flops = 3 * delta_rule_cpu.chunked_flops(batch, seq_len, H, K, V)
+        flops = 3 * delta_rule.chunked_flops(batch, seq_len, H, K, V)
         return KernelBenchmark(run, flops, "chunked delta rule, forward + backward")
 
     def _output_projection(self) -> nn.Linear:
@@ -171,7 +172,7 @@ class _DeltaBase(RoutedMixer):
         if state is not None:
             cache = _LayerCache({"recurrent_state": state["recurrent"], "conv_state": state.get("conv")})
         on_cuda_kernel = self.kernel in self.cuda_kernels
-        with _routing.selected(self.kernel), torch.autocast("cuda", self.cuda_dtype, enabled=on_cuda_kernel):
+        with routing.selected(self.kernel), torch.autocast("cuda", self.cuda_dtype, enabled=on_cuda_kernel):
             y, _, _ = self.layer(x, past_key_values=cache, use_cache=state is not None)
         y = y.to(x.dtype)
         if cache is None:
@@ -185,9 +186,9 @@ class _DeltaBase(RoutedMixer):
         return y, new_state
 
     def _forward_chunk(self, x: torch.Tensor, state: dict[str, Any] | None):
-        """Kernel ``chunk``: :func:`mixers.deltanet_cpu.forward` (the layer's maths, written for CPU)."""
-        recurrent, conv = deltanet_cpu.state_tuple(state)
-        y, final, new_conv = deltanet_cpu.forward(self.layer, x, recurrent, conv, with_state=state is not None)
+        """Kernel ``chunk``: :func:`mixers.deltanet.fused_cpu.forward` (the layer's maths, written for CPU)."""
+        recurrent, conv = fused_cpu.state_tuple(state)
+        y, final, new_conv = fused_cpu.forward(self.layer, x, recurrent, conv, with_state=state is not None)
         if state is None:
             return y, None
         new_state: dict[str, Any] = {"recurrent": final.to(state["recurrent"].dtype)}

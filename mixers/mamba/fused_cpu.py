@@ -4,10 +4,10 @@ The same maths and parameters as ``mamba_ssm.Mamba.forward`` (whose routed torch
 ``selective_scan_ref``, is the mixer's reference), laid out time-major ([T, batch, channels]) from the input
 projection to the output projection, the layout the scan works in (the package's path transposes between
 [batch, channels, T] and [batch, T, channels] five times per layer). Between the projections there are two
-autograd nodes, each one compiled loop forward and one backward (:mod:`mixers.selective_scan_c`):
-:class:`mixers.selective_scan_c.ConvSiLU` (the depthwise causal conv and its SiLU) and :class:`_Scan` (the step size's bias and
+autograd nodes, each one compiled loop forward and one backward (:mod:`mixers.mamba.selective_scan_c`):
+:class:`mixers.common.short_conv.ConvSiLU` (the depthwise causal conv and its SiLU) and :class:`_Scan` (the step size's bias and
 softplus, the recurrence, the skip ``D`` and the ``silu(z)`` gate). Where no C compiler is available, the same
-maths runs in PyTorch (``F.conv1d`` and :mod:`mixers.selective_scan_cpu`'s recurrence, autograd around them).
+maths runs in PyTorch (``F.conv1d`` and :mod:`mixers.mamba.selective_scan`'s recurrence, autograd around them).
 A decode state in and out is the package's pair (the last ``d_conv`` conv inputs [batch, D, d_conv], the SSM
 state [batch, D, N]), so prefill, continuation and training all take this path; single-token decode keeps the
 package's own ``step``.
@@ -33,7 +33,7 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
         new_conv = torch.cat([history.to(u.dtype), u.permute(1, 2, 0)], dim=-1)[..., -m.d_conv:]
     hist = None if conv_state is None else conv_state.float().contiguous()
     if _compiled(u):
-        from mixers.selective_scan_c import ConvSiLU
+        from mixers.common.short_conv import ConvSiLU
 
         u = ConvSiLU.apply(u, m.conv1d.weight, m.conv1d.bias, hist)
     else:
@@ -51,13 +51,14 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
 def _compiled(t: torch.Tensor) -> bool:
     """Whether the C loops run for ``t``: CPU tensors where the kernel could be built (else the PyTorch path, which
     also serves CUDA tensors)."""
-    from mixers import selective_scan_c
+    from mixers.common import short_conv
+    from mixers.mamba import selective_scan_c
 
-    return t.device.type == "cpu" and selective_scan_c.available()
+    return t.device.type == "cpu" and selective_scan_c.available() and short_conv.available()
 
 
 def _torch_conv_silu(conv: nn.Conv1d, u: torch.Tensor, hist: torch.Tensor | None) -> torch.Tensor:
-    """:class:`mixers.selective_scan_c.ConvSiLU` in torch (no C compiler): ``u`` [T, batch, D], ``hist`` [batch, D, W] or None."""
+    """:class:`mixers.common.short_conv.ConvSiLU` in torch (no C compiler): ``u`` [T, batch, D], ``hist`` [batch, D, W] or None."""
     W = conv.weight.shape[-1]
     inputs = u.permute(1, 2, 0)
     window = F.pad(inputs, (W - 1, 0)) if hist is None else torch.cat([hist, inputs], dim=-1)[..., 1:]
@@ -82,11 +83,11 @@ def scan(u, delta, delta_bias, A, B, C, D, z, h0=None, with_state=False):
 
 
 class _Scan(torch.autograd.Function):
-    """The compiled scan (:mod:`mixers.selective_scan_c`): one node, forward and backward in C."""
+    """The compiled scan (:mod:`mixers.mamba.selective_scan_c`): one node, forward and backward in C."""
 
     @staticmethod
     def forward(ctx, u, delta, delta_bias, A, B, C, D, z, h0):
-        from mixers import selective_scan_c
+        from mixers.mamba import selective_scan_c
 
         out, last, (checkpoints, y_skip) = selective_scan_c.forward(u, delta, delta_bias, A, B, C, D, z, h0)
         ctx.save_for_backward(u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip)
@@ -94,7 +95,7 @@ class _Scan(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_last):
-        from mixers import selective_scan_c
+        from mixers.mamba import selective_scan_c
 
         u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip = ctx.saved_tensors
         g_last = d_last.contiguous() if d_last is not None else u.new_zeros(u.shape[1], A.shape[0], A.shape[1])
@@ -103,8 +104,8 @@ class _Scan(torch.autograd.Function):
 
 
 def _torch_scan(u, delta, delta_bias, A, B, C, D, z, h0):
-    """Without a C compiler: :mod:`mixers.selective_scan_cpu`'s recurrence, the rest by autograd."""
-    from mixers.selective_scan_cpu import _Scan as TorchScan
+    """Without a C compiler: :mod:`mixers.mamba.selective_scan`'s recurrence, the rest by autograd."""
+    from mixers.mamba.selective_scan import _Scan as TorchScan
 
     dt = F.softplus(delta + delta_bias)
     y, last = TorchScan.apply(u, dt, A, B.unsqueeze(2), C.unsqueeze(2))

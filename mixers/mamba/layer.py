@@ -1,18 +1,18 @@
 """Mamba-1 (``mamba``, the ProtoT paper's baseline) and Mamba-2 (``mamba2``) from mamba-ssm's own modules.
 
 Each mixer holds one ``mamba_ssm.Mamba`` / ``mamba_ssm.Mamba2`` at the backbone width; the package is imported by
-the first constructor (through :mod:`mixers._mamba_routing`, which makes it importable and routes its kernels),
+the first constructor (through :mod:`mixers.mamba.mamba_routing`, which makes it importable and routes its kernels),
 so listing mixers stays fast. Parameter names and shapes are the package module's on every device.
 
-Kernels (:class:`mixers._routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
+Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
 
 * ``mamba``: ``reference`` (``selective_scan_ref``, the package's definition), ``cpu-scan``
-  (:mod:`mixers.selective_scan_cpu`, the same maths step by step in PyTorch, in the package's layer), ``fused``
-  (:mod:`mixers.mamba_cpu`: the layer's forward written time-major, its conv and scan each one compiled loop
-  from :mod:`mixers.selective_scan_c`; the default on CPU, and on a GPU whose mamba-ssm was built without its
+  (:mod:`mixers.mamba.selective_scan`, the same maths step by step in PyTorch, in the package's layer), ``fused``
+  (:mod:`mixers.mamba.fused_cpu`: the layer's forward written time-major, its conv and scan each one compiled loop
+  from :mod:`mixers.mamba.selective_scan_c`; the default on CPU, and on a GPU whose mamba-ssm was built without its
   CUDA extension) and ``cuda`` (the compiled scan, and the fused ``mamba_inner_fn`` when causal-conv1d is installed).
 * ``mamba2``: ``reference`` (the package's pure-torch SSD, ``ssd_minimal_discrete``), ``chunk``
-  (:mod:`mixers.ssd_cpu`: the same SSD chunked with a state loop, linear in the length; the default on CPU) and
+  (:mod:`mixers.mamba.ssd`: the same SSD chunked with a state loop, linear in the length; the default on CPU) and
   ``cuda`` (its Triton kernels).
 
 Training calls the package module's own ``forward``. Decoding calls its own ``step`` with our state, so a decode
@@ -42,9 +42,10 @@ from harness.mixer import Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers import _mamba_routing, _routing, mamba_cpu
-from mixers._routed_mixer import RoutedMixer
-from mixers.selective_scan_cpu import CHECKPOINT
+from mixers.mamba import mamba_routing, fused_cpu
+from mixers.common import routing
+from mixers.common.routed_mixer import RoutedMixer
+from mixers.mamba.selective_scan import CHECKPOINT
 
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
 
@@ -84,7 +85,7 @@ class _MambaBase(RoutedMixer):
 
     def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
-        self.routing = _mamba_routing.install()
+        self.routing = mamba_routing.install()
 
     def _finish_init(self, n_layers: int) -> None:
         with torch.no_grad():  # MambaLMHeadModel's GPT-2 style rescaling, two residual branches per block
@@ -101,7 +102,7 @@ class _MambaBase(RoutedMixer):
 
     def forward(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None = None):
         self._check_device(x)
-        with _routing.selected(self.kernel):
+        with routing.selected(self.kernel):
             if state is None:
                 if self._own_forward():
                     return self._continue(x, None)[0], None
@@ -118,7 +119,7 @@ class _MambaBase(RoutedMixer):
     def step(self, x_t: torch.Tensor, state: dict[str, torch.Tensor]):
         self._check_device(x_t)
         conv, ssm = state["conv"].clone(), state["ssm"].clone()  # the package updates them in place
-        with _routing.selected(self.kernel):
+        with routing.selected(self.kernel):
             y, conv, ssm = self.mamba.step(x_t.unsqueeze(1), conv, ssm)
         state = {"conv": conv, "ssm": ssm}
         self._record(state)
@@ -162,7 +163,7 @@ class MambaMixer(_MambaBase):
         return self.routing.selective_scan_cuda
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        from mixers.selective_scan_c import SEGMENT
+        from mixers.mamba.selective_scan_c import SEGMENT
 
         return (SEGMENT, CHECKPOINT)  # the compiled and the PyTorch scan's checkpoint segments
 
@@ -188,7 +189,7 @@ class MambaMixer(_MambaBase):
 
         if self.kernel == "fused":
             conv, ssm = (None, None) if state is None else (state["conv"], state["ssm"])
-            y, conv, ssm = mamba_cpu.forward(self.mamba, x, conv, ssm, with_state=state is not None)
+            y, conv, ssm = fused_cpu.forward(self.mamba, x, conv, ssm, with_state=state is not None)
             if state is None:
                 return y, None
             return y, {"conv": conv.to(state["conv"].dtype), "ssm": ssm.to(state["ssm"].dtype)}
@@ -245,9 +246,9 @@ class Mamba2Mixer(_MambaBase):
         self._finish_init(n_layers)
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        from mixers.ssd_cpu import CHUNK
+        from mixers.mamba.ssd import CHUNK
 
-        return (CHUNK, _mamba_routing.CPU_SSD_BLOCK)
+        return (CHUNK, mamba_routing.CPU_SSD_BLOCK)
 
     def _choose_fused_path(self) -> None:
         # mamba_split_conv1d_scan_combined (needs causal-conv1d) applies out_proj inside, past the unit-mask hook

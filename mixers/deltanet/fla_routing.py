@@ -3,16 +3,16 @@
 fla's layers call Triton kernels for everything (ShortConvolution, the norms, the delta-rule ops), and Triton
 has no CPU driver, so the layers fail on CPU tensors (docs/cpu_kernels.md, "The packages on a machine without
 CUDA"). :func:`install` (idempotent, before first use) replaces the module-level kernel names those layers call by
-:func:`mixers._routing.route` dispatchers: the Triton kernel runs for kernel "triton" (or, outside a mixer, for
+:func:`mixers.common.routing.route` dispatchers: the Triton kernel runs for kernel "triton" (or, outside a mixer, for
 CUDA tensors); otherwise plain torch does, using fla's own naive references where fla has them:
 
 * ``delta_net.chunk_delta_rule`` / ``fused_recurrent_delta_rule``: ``naive.delta_rule_recurrence`` (kernel
   "recurrent"); under "naive-chunk", for several tokens and no state in or out, ``naive.delta_rule_chunkwise``
-  (T padded to its chunk); under "chunk", :func:`mixers.delta_rule_cpu.chunk_delta_rule` (mixbench's own
+  (T padded to its chunk); under "chunk", :func:`mixers.deltanet.delta_rule.chunk_delta_rule` (mixbench's own
   chunked WY/UT kernel, which also carries states: prefill and continuation);
 * ``gated_deltanet.chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule``:
   ``naive_recurrent_gated_delta_rule``; under "naive-chunk", for several tokens, ``naive_chunk_gated_delta_rule``;
-  under "chunk", :func:`mixers.delta_rule_cpu.chunk_delta_rule` with the gate;
+  under "chunk", :func:`mixers.deltanet.delta_rule.chunk_delta_rule` with the gate;
 * ``causal_conv1d`` / ``causal_conv1d_update`` (ShortConvolution, GatedDeltaNet's fused q/k/v conv): depthwise
   ``F.conv1d`` with the kernels' cache semantics (the cache holds the last ``W`` inputs);
 * ``layernorm.rms_norm`` / ``fused_norm_gate.rms_norm_gated``: ``layernorm.rms_norm_ref`` (then the output gate).
@@ -31,7 +31,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from mixers._routing import current, route
+from mixers.common.routing import current, route
 
 #: kernels that run fla's own Triton code
 PACKAGE_KERNELS = frozenset({"triton"})
@@ -95,7 +95,7 @@ def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_stat
     """``chunk_delta_rule`` / ``fused_recurrent_delta_rule`` ([B, T, H, K] in and out) via fla's naive ops."""
     from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
 
-    from mixers.delta_rule_cpu import chunk_delta_rule
+    from mixers.deltanet.delta_rule import chunk_delta_rule
 
     _no_varlen(cu_seqlens, unsupported)
     if use_qk_l2norm_in_kernel:
@@ -128,7 +128,7 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
     from fla.ops.gated_delta_rule.gate import naive_gdn_gate
     from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
-    from mixers.delta_rule_cpu import chunk_delta_rule
+    from mixers.deltanet.delta_rule import chunk_delta_rule
 
     _no_varlen(cu_seqlens, unsupported)
     if q.shape[2] != v.shape[2]:

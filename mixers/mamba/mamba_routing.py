@@ -8,7 +8,7 @@ extension only run on CUDA tensors. :func:`install` (idempotent, before first us
 1. puts an empty stand-in module at ``sys.modules["selective_scan_cuda"]`` only when importing the real one fails,
    so a compiled extension that is present is never shadowed;
 2. replaces the module-level kernel names the package's ``Mamba`` / ``Mamba2`` modules call by
-   :func:`mixers._routing.route` dispatchers. The package kernel runs for kernel "cuda" (or, outside a mixer, for
+   :func:`mixers.common.routing.route` dispatchers. The package kernel runs for kernel "cuda" (or, outside a mixer, for
    CUDA tensors); otherwise the package's own pure-torch code does:
 
    =========================================  ============================================================
@@ -16,10 +16,10 @@ extension only run on CUDA tensors. :func:`install` (idempotent, before first us
    =========================================  ============================================================
    ``mamba_simple.selective_scan_fn``         ``selective_scan_ref`` (kernel "reference") or our
                                               :func:`selective_scan_cpu` (same maths, much faster; kernel
-                                              "fused" bypasses the package's forward: mixers/mamba_cpu.py)
+                                              "fused" bypasses the package's forward: mixers/mamba/fused_cpu.py)
    ``mamba2.mamba_chunk_scan_combined``       ``ssd_minimal_discrete`` (the SSD paper's listing; stable, and
                                               it carries states; kernel "reference") or our
-                                              :func:`mixers.ssd_cpu.ssd_chunked` (same maths, linear in T)
+                                              :func:`mixers.mamba.ssd.ssd_chunked` (same maths, linear in T)
    ``layernorm_gated.rmsnorm_fn``             ``layernorm_gated.rms_norm_ref``
    ``selective_state_update`` (decode)        ``selective_state_update_ref``
    ``causal_conv1d_fn`` / ``_update``         depthwise ``F.conv1d`` / the package's own rolling update,
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mixers._routing import current, route
-from mixers.selective_scan_cpu import selective_scan_cpu
+from mixers.common.routing import current, route
+from mixers.mamba.selective_scan import selective_scan_cpu
 
 #: kernels that run mamba-ssm's own CUDA/Triton code
 PACKAGE_KERNELS = frozenset({"cuda"})
@@ -121,7 +121,7 @@ def _ssd_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, ini
                    cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")), return_final_states=False,
                    return_varlen_states=False):
     """``mamba_chunk_scan_combined`` (its signature, no varlen) through ``ssd_minimal_discrete``, or under kernel
-    "chunk" through :func:`mixers.ssd_cpu.ssd_chunked` (groups broadcast, not repeated per head).
+    "chunk" through :func:`mixers.mamba.ssd.ssd_chunked` (groups broadcast, not repeated per head).
 
     That is the SSD paper's listing: it takes an initial state, returns the final one, and masks its segment sums
     with -inf before the exponential. (``ssd_chunk_scan_combined_ref`` has no state arguments and exponentiates
@@ -142,7 +142,7 @@ def _ssd_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, ini
     X = x.float() * dt[..., None]  # both take discretised inputs: x dt and A dt
     A_dt = A.float() * dt
     if current() == "chunk":
-        from mixers.ssd_cpu import ssd_chunked
+        from mixers.mamba.ssd import ssd_chunked
 
         y, final = ssd_chunked(X, A_dt, B, C, initial_states)
     else:

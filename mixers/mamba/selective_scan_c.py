@@ -10,7 +10,7 @@ The source below is compiled once per machine (``cc -O3 -ffast-math -march=nativ
 contiguous, time-major). Sequences (or channel blocks, for a single sequence) run in parallel on torch's own
 OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`harness.model.compiled`).
 :func:`available` is False where there is no compiler or the build fails; callers then use the PyTorch scan of
-:mod:`mixers.selective_scan_cpu`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
+:mod:`mixers.mamba.selective_scan`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
 
 Forward, per sequence b and channel d, states n, with ``dt = softplus(delta + bias)``: ``h = exp(dt A) h +
@@ -27,6 +27,7 @@ import ctypes
 import torch
 
 from harness.model.compiled import CompiledLibrary, pointer
+from mixers.common.short_conv import blocks
 
 #: steps between the states the forward pass keeps for the backward pass
 SEGMENT = 32
@@ -194,90 +195,9 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
     free(g); free(hs); free(dec); free(dts); free(x); free(dy); free(ax); free(adt);
 }
 
-/* Depthwise causal convolution + SiLU over time. Element (t, b, d) of x is x[t * xt + b * xb + d] (any
-   layout with contiguous channels: time-major [T, Bt, D] rows, batch-major [Bt, T, D], a view of a wider tensor's
-   first D columns); out, d_out and d_x likewise with their own strides. wT: [W, D] (the weight transposed);
-   bias: [D] or NULL; hist: [Bt, D, W] (the last W inputs before x) or NULL (zeros).
-   out[t] = silu(bias + sum_j wT[j] x[t - W + 1 + j]). */
-static inline const float *conv_input(const float *x, long xt, long xb, const float *hist, int D, int W, int tt,
-                                      int b, float *tmp) {
-    if (tt >= 0) return x + tt * xt + b * xb;
-    if (hist == NULL) return NULL;
-    for (int d = 0; d < D; d++) tmp[d] = hist[((long)b * D + d) * W + W + tt];
-    return tmp;
-}
-
-/* The causal depthwise conv's pre-activation at (t, b) into acc [D]; tmp [D] is scratch for conv_input. */
-static void conv_preact(const float *restrict x, long xt, long xb, const float *restrict wT,
-                        const float *restrict bias, const float *restrict hist, int D, int W, int t, int b,
-                        float *restrict acc, float *restrict tmp) {
-    for (int d = 0; d < D; d++) acc[d] = bias ? bias[d] : 0.f;
-    for (int j = 0; j < W; j++) {
-        const float *xr = conv_input(x, xt, xb, hist, D, W, t - W + 1 + j, b, tmp);
-        if (xr == NULL) continue;
-        const float *wj = wT + (long)j * D;
-        for (int d = 0; d < D; d++) acc[d] += wj[d] * xr[d];
-    }
-}
-
-void conv_forward(int T, int Bt, int D, int W, const float *restrict x, long xt, long xb,
-                  const float *restrict wT, const float *restrict bias, const float *restrict hist,
-                  float *restrict out, long ot, long ob, int b0, int b1) {
-    float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
-    for (int b = b0; b < b1; b++)
-        for (int t = 0; t < T; t++) {
-            conv_preact(x, xt, xb, wT, bias, hist, D, W, t, b, acc, tmp);
-            float *o = out + t * ot + b * ob;
-            for (int d = 0; d < D; d++) o[d] = acc[d] / (1.f + expf(-acc[d]));
-        }
-    free(acc); free(tmp);
-}
-
-/* Written: d_x (strides dxt, dxb), d_hist [Bt, D, W] (if hist and d_hist). Accumulated (zeroed by the caller, one
-   buffer per sequence block): d_wT [W, D], d_bias [D] (if bias). */
-void conv_backward(int T, int Bt, int D, int W, const float *restrict x, long xt, long xb,
-                   const float *restrict wT, const float *restrict bias, const float *restrict hist,
-                   const float *restrict d_out, long gt, long gb, float *restrict d_x, long dxt, long dxb,
-                   float *restrict d_hist, float *restrict d_wT, float *restrict d_bias, int b0, int b1) {
-    float *acc = (float *)malloc(sizeof(float) * D), *tmp = (float *)malloc(sizeof(float) * D);
-    float *dp = (float *)malloc(sizeof(float) * D);
-    for (int b = b0; b < b1; b++) {
-        for (int t = 0; t < T; t++) {
-            float *dx = d_x + t * dxt + b * dxb;
-            for (int d = 0; d < D; d++) dx[d] = 0.f;
-        }
-        if (hist && d_hist)
-            for (int k = 0; k < D * W; k++) d_hist[(long)b * D * W + k] = 0.f;
-        for (int t = 0; t < T; t++) {
-            conv_preact(x, xt, xb, wT, bias, hist, D, W, t, b, acc, tmp);
-            const float *go = d_out + t * gt + b * gb;
-            for (int d = 0; d < D; d++) {
-                float s = 1.f / (1.f + expf(-acc[d]));
-                dp[d] = go[d] * s * (1.f + acc[d] * (1.f - s));
-            }
-            if (d_bias) for (int d = 0; d < D; d++) d_bias[d] += dp[d];
-            for (int j = 0; j < W; j++) {
-                int tt = t - W + 1 + j;
-                const float *xr = conv_input(x, xt, xb, hist, D, W, tt, b, tmp);
-                if (xr == NULL) continue;
-                const float *wj = wT + (long)j * D;
-                float *dwj = d_wT + (long)j * D;
-                for (int d = 0; d < D; d++) dwj[d] += dp[d] * xr[d];
-                if (tt >= 0) {
-                    float *dx = d_x + tt * dxt + b * dxb;
-                    for (int d = 0; d < D; d++) dx[d] += wj[d] * dp[d];
-                } else if (d_hist) {
-                    for (int d = 0; d < D; d++) d_hist[((long)b * D + d) * W + W + tt] += wj[d] * dp[d];
-                }
-            }
-        }
-    }
-    free(acc); free(tmp); free(dp);
-}
-
 /* OpenMP drivers: one block of the work split per iteration, on torch's own threads (harness/model/compiled.py), with
-   denormals flushed as torch.set_flush_denormal(True) does. blk holds (b0, b1, d0, d1) per block for the scan,
-   (b0, b1) for the conv; each block's accumulators (dB and dC: nbc floats; d_wT: W * D; d_bias: D) are stacked. */
+   denormals flushed as torch.set_flush_denormal(True) does. blk holds (b0, b1, d0, d1) per block; each block's
+   accumulators (dB and dC: nbc floats) are stacked. */
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #define FLUSH_BEGIN unsigned int csr_ = _mm_getcsr(); _mm_setcsr(csr_ | 0x8040);
@@ -316,31 +236,6 @@ void scan_backward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const f
         FLUSH_END
     }
 }
-void conv_forward_blocks(int T, int Bt, int D, int W, const float *x, long xt, long xb, const float *wT,
-                         const float *bias, const float *hist, float *out, long ot, long ob, int nblk,
-                         const int *blk) {
-    #pragma omp parallel
-    {
-        FLUSH_BEGIN
-        #pragma omp for schedule(static, 1)
-        for (int i = 0; i < nblk; i++)
-            conv_forward(T, Bt, D, W, x, xt, xb, wT, bias, hist, out, ot, ob, blk[2 * i], blk[2 * i + 1]);
-        FLUSH_END
-    }
-}
-void conv_backward_blocks(int T, int Bt, int D, int W, const float *x, long xt, long xb, const float *wT,
-                          const float *bias, const float *hist, const float *d_out, long gt, long gb, float *d_x,
-                          long dxt, long dxb, float *d_hist, float *d_wT, float *d_bias, int nblk, const int *blk) {
-    #pragma omp parallel
-    {
-        FLUSH_BEGIN
-        #pragma omp for schedule(static, 1)
-        for (int i = 0; i < nblk; i++)
-            conv_backward(T, Bt, D, W, x, xt, xb, wT, bias, hist, d_out, gt, gb, d_x, dxt, dxb, d_hist,
-                          d_wT + (long)i * W * D, d_bias ? d_bias + (long)i * D : NULL, blk[2 * i], blk[2 * i + 1]);
-        FLUSH_END
-    }
-}
 """
 
 def _signatures() -> dict[str, list]:
@@ -348,8 +243,6 @@ def _signatures() -> dict[str, list]:
     return {
         "scan_forward_blocks": [i] * 6 + [p] * 13 + [i, p],
         "scan_backward_blocks": [i] * 6 + [p] * 20 + [q, i, p],
-        "conv_forward_blocks": [i] * 4 + [p, q, q, p, p, p, p, q, q] + [i, p],
-        "conv_backward_blocks": [i] * 4 + [p, q, q, p, p, p, p, q, q, p, q, q, p, p, p] + [i, p],
     }
 
 
@@ -385,12 +278,6 @@ def _work_split(Bt: int, D: int) -> list[tuple[int, int, int, int]]:
     return [(0, Bt, d, min(d + per, D)) for d in range(0, D, per)]
 
 
-def _blocks(split: list[tuple[int, ...]]) -> tuple[int, ctypes.Array]:
-    """A work split as the C drivers take it: the number of blocks and their bounds, flattened."""
-    flat = [x for block in split for x in block]
-    return len(split), (ctypes.c_int * len(flat))(*flat)
-
-
 def forward(u, delta, bias, A, B, C, Dv, z, h0):
     """``out = (C . h + Dv u) * silu(z)`` [T, Bt, D], the last state [Bt, D, N] and what the backward needs (the
     checkpoints and ``C . h + Dv u``), with
@@ -406,7 +293,7 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0):
     z_ptr, ldz = _rows(z)
     args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C),
             pointer(Dv), z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
-    lib.scan_forward_blocks(*args, *_blocks(_work_split(Bt, D)))
+    lib.scan_forward_blocks(*args, *blocks(_work_split(Bt, D)))
     return out, h_last, (ck, y_skip)
 
 
@@ -417,97 +304,19 @@ def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
     lib = _LIBRARY.get()
     T, Bt, D = u.shape
     N = A.shape[1]
-    blocks = _work_split(Bt, D)
+    split = _work_split(Bt, D)
     d_u, d_delta, d_z = torch.empty_like(u), torch.empty_like(u), torch.empty_like(u)
     dAT_part = u.new_zeros(Bt, N, D)
     dD_part = u.new_zeros(Bt, D)
     d_h0 = u.new_empty(Bt, D, N)
     AT = A.t().contiguous()
     # B and C are shared by all channels: one accumulator per channel block, summed afterwards
-    dB = B.new_zeros(len(blocks), *B.shape)
-    dC = C.new_zeros(len(blocks), *C.shape)
+    dB = B.new_zeros(len(split), *B.shape)
+    dC = C.new_zeros(len(split), *C.shape)
     z_ptr, ldz = _rows(z)
     lib.scan_backward_blocks(T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT),
                              pointer(B), pointer(C), pointer(Dv), z_ptr, pointer(ck), pointer(y_skip), pointer(d_out),
                              pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z), pointer(dAT_part),
-                             pointer(dD_part), pointer(dB), pointer(dC), pointer(d_h0), B.numel(), *_blocks(blocks))
+                             pointer(dD_part), pointer(dB), pointer(dC), pointer(d_h0), B.numel(), *blocks(split))
     return (d_u, d_delta, d_delta.sum((0, 1)), dAT_part.sum(0).t(), dB.sum(0), dC.sum(0), dD_part.sum(0), d_z,
             d_h0)
-
-
-def _batch_split(Bt: int) -> list[tuple[int, int]]:
-    workers = max(1, min(torch.get_num_threads(), Bt))
-    per = -(-Bt // workers)
-    return [(b, min(b + per, Bt)) for b in range(0, Bt, per)]
-
-
-def _time_batch(t: torch.Tensor) -> tuple[int, int, int]:
-    """Pointer and element strides over time and batch of a [T, Bt, D] tensor (or view) with contiguous channels."""
-    assert t.dtype == torch.float32 and t.device.type == "cpu" and t.stride(-1) == 1
-    return t.data_ptr(), t.stride(0), t.stride(1)
-
-
-def _conv_params(weight, bias):
-    """The C loops' layout of a depthwise Conv1d's parameters: weight [D, 1, W] as [W, D], both fp32, contiguous."""
-    D, W = weight.shape[0], weight.shape[-1]
-    wT = weight.detach().reshape(D, W).t().contiguous().float()
-    return wT, (bias.detach().float().contiguous() if bias is not None else None)
-
-
-def conv_forward(x, weight, bias, hist, out=None):
-    """``silu(depthwise causal conv(x))`` over time: ``x`` indexed [T, Bt, D] (any strides over time and batch, see
-    :data:`SOURCE`; ``x.transpose(0, 1)`` of a batch-major tensor works), ``weight`` [D, 1, W] (a Conv1d's),
-    ``bias`` [D] or None, ``hist`` [Bt, D, W] (the last W inputs) or None. The result is time-major [T, Bt, D],
-    or written into ``out`` (indexed [T, Bt, D], e.g. a transposed batch-major buffer)."""
-    lib = _LIBRARY.get()
-    T, Bt, D = x.shape
-    W = weight.shape[-1]
-    wT, bias_f = _conv_params(weight, bias)
-    out = x.new_empty(T, Bt, D) if out is None else out
-    args = (T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist), *_time_batch(out))
-    lib.conv_forward_blocks(*args, *_blocks(_batch_split(Bt)))
-    return out
-
-
-def conv_backward(x, weight, bias, hist, d_out, d_x=None):
-    """Gradients of ``x`` (time-major, or written into ``d_x``), the weight [D, 1, W], the bias and the history of
-    :func:`conv_forward`; ``d_out`` indexed [T, Bt, D] with any strides over time and batch."""
-    lib = _LIBRARY.get()
-    T, Bt, D = x.shape
-    W = weight.shape[-1]
-    wT, bias_f = _conv_params(weight, bias)
-    d_x = x.new_empty(T, Bt, D) if d_x is None else d_x
-    d_hist = torch.empty_like(hist) if hist is not None else None
-    blocks = _batch_split(Bt)
-    d_wT = x.new_zeros(len(blocks), W, D)
-    d_bias = x.new_zeros(len(blocks), D)
-    lib.conv_backward_blocks(T, Bt, D, W, *_time_batch(x), pointer(wT), pointer(bias_f), pointer(hist),
-                             *_time_batch(d_out), *_time_batch(d_x), pointer(d_hist), pointer(d_wT),
-                             pointer(d_bias) if bias is not None else None, *_blocks(blocks))
-    d_w = d_wT.sum(0).t().reshape(D, 1, W)
-    return d_x, d_w, (d_bias.sum(0) if bias is not None else None), d_hist
-
-
-class ConvSiLU(torch.autograd.Function):
-    """A depthwise causal conv + SiLU (:func:`conv_forward` / :func:`conv_backward`) as one autograd node.
-
-    ``x`` is indexed [T, Bt, D]; with ``batch_major`` the output (and the input's gradient) is allocated
-    [Bt, T, D] and returned as its [T, Bt, D] view, so a caller working batch-major (``x = y.transpose(0, 1)``)
-    gets contiguous tensors back after transposing."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, hist, batch_major=False):
-        T, Bt, D = x.shape
-        out = x.new_empty(Bt, T, D).transpose(0, 1) if batch_major else None
-        ctx.save_for_backward(x, weight, bias, hist)
-        ctx.batch_major = batch_major
-        return conv_forward(x, weight, bias, hist, out)
-
-    @staticmethod
-    def backward(ctx, d_out):
-        x, weight, bias, hist = ctx.saved_tensors
-        T, Bt, D = x.shape
-        if d_out.stride(-1) != 1:
-            d_out = d_out.contiguous()
-        d_x = x.new_empty(Bt, T, D).transpose(0, 1) if ctx.batch_major else None
-        return (*conv_backward(x, weight, bias, hist, d_out, d_x), None)
