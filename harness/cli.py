@@ -143,6 +143,19 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--out", default="site", help="site folder, replaced as a whole (default: site/)")
     p.add_argument("--force", action="store_true", help="replace a published site even with a board of zero runs")
 
+    p = sub.add_parser("reproduce", parents=[_common()],
+                       help="check the harness against published results (exit 0 only when every target reproduces)")
+    p.add_argument("targets", nargs="*", metavar="NAME", help="targets to run (default with --all: every target)")
+    p.add_argument("--list", action="store_true", help="list every target: source, claim, protocol, cost")
+    p.add_argument("--all", action="store_true", help="run every registered target")
+    p.add_argument("--plan", default=None, help="a reproduce plan (YAML: targets, and a device per scale), e.g. "
+                                                "plans/reproduce.yaml for nightly use")
+    p.add_argument("--scale", default="cpu", choices=("tiny", "cpu", "gpu"),
+                   help="protocol size: cpu (default, this machine), gpu (the source's own scale), tiny (a smoke test)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--force", action="store_true", help="redo runs the store already holds")
+    p.add_argument("--no-progress", action="store_true")
+
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
     p.add_argument("--preset", default="quick")
     p.add_argument("--device", default=None)
@@ -575,8 +588,45 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from harness.registry import TARGETS
+    from harness.running.reproduce import REPRODUCED, planned_steps, render_listing, render_result, run_target
+    from harness.store.results import ResultsStore
+
+    if args.list:
+        print(render_listing(TARGETS.entries(), args.scale))
+        return 0
+    device = args.device
+    if args.plan:
+        from harness.running.reproduce import load_reproduce_plan
+
+        plan = load_reproduce_plan(args.plan)
+        names = list(plan.targets) + [t for t in args.targets if t not in plan.targets]
+        device = device or plan.devices.get(args.scale)
+    else:
+        names = TARGETS.names() if args.all else list(args.targets)
+    if not names:
+        raise MixbenchError("reproduce needs target names, --all, --plan or --list; `mixbench reproduce --list` "
+                            "shows them.")
+    device = _device(device)
+    targets = [TARGETS.get(n) for n in names]
+    targets = [entry.cls(entry.make_config()) for entry in targets]
+    for target in targets:  # every name, mixer and suite config is checked before any work
+        planned_steps(target, args.scale, device)
+    store = ResultsStore(args.results)
+    results = []
+    for target in targets:
+        result = run_target(target, args.scale, store, device, progress=not args.no_progress, force=args.force)
+        print(render_result(result), flush=True)
+        results.append(result)
+    if len(results) > 1:
+        print("\n" + "\n".join(f"{r.name:<28} {r.verdict}" for r in results))
+    return 0 if all(r.verdict == REPRODUCED for r in results) else 1
+
+
 COMMANDS = {
     "mixers": cmd_mixers,
+    "reproduce": cmd_reproduce,
     "suites": cmd_suites,
     "check": cmd_check,
     "show": cmd_show,

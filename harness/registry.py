@@ -2,7 +2,7 @@
 
 Three ways to get a class into a registry, all ending in the same ``register_*`` call:
 
-* built-ins: the packages ``mixers`` and ``suites`` are imported on the first lookup;
+* built-ins: the packages ``mixers``, ``suites`` and ``reproductions`` are imported on the first lookup;
 * installed plugins: entry points in the groups ``mixbench.mixers`` / ``mixbench.suites`` (the entry point's
   value is a module or object whose import runs ``@register_mixer``); loaded on the first lookup;
 * ``--plugin module.path`` on the CLI, which calls :func:`load_plugins`.
@@ -118,6 +118,8 @@ class Registry(Generic[T]):
 
 MIXERS: Registry = Registry("mixer", "mixbench.mixers", "mixers")
 SUITES: Registry = Registry("suite", "mixbench.suites", "suites")
+#: known answers, checked by ``mixbench reproduce`` (harness/running/reproduce.py, docs/reproductions.md)
+TARGETS: Registry = Registry("reproduction target", "mixbench.targets", "reproductions")
 
 
 def control_mixers() -> list[str]:
@@ -152,6 +154,11 @@ def register_mixer(name: str, config: type | None = None, override: bool = False
 def register_suite(name: str, config: type | None = None, override: bool = False):
     """Class decorator: ``@register_suite("perplexity", config=PerplexityConfig)``; see :func:`register_mixer`."""
     return SUITES.register(name, config, override)
+
+
+def register_target(name: str, config: type | None = None, override: bool = False):
+    """Class decorator for a :class:`harness.running.reproduce.Target`; see :func:`register_mixer`."""
+    return TARGETS.register(name, config, override)
 
 
 #: ``--plugin`` modules imported by this process, in order (a command another process must repeat names them)

@@ -26,7 +26,7 @@ def _violations(package: str, allowed) -> list[str]:
         rel = path.relative_to(REPO)
         for line, name in _imports(path):
             top = name.split(".")[0]
-            if top in ("harness", "mixers", "suites") and not allowed(rel, name):
+            if top in ("harness", "mixers", "suites", "reproductions") and not allowed(rel, name):
                 out.append(f"{rel}:{line} imports {name}")
     return out
 
@@ -102,3 +102,9 @@ def test_only_the_core_writes_to_the_store():
                 if "store" in name.lower():
                     calls.append(f"{path.relative_to(REPO)}:{node.lineno} {name}.{node.func.attr}")
     assert calls == []
+
+
+def test_a_reproduction_target_imports_no_suite_and_no_mixer():
+    """Targets name suites and mixers by their registered names (docs/reproductions.md): a target that imported
+    a suite's internals would break when the suite is reshaped, and would load it before the registry does."""
+    assert _violations("reproductions", lambda rel, name: name.split(".")[0] in ("harness", "reproductions")) == []

@@ -236,7 +236,7 @@ def load_plan(path: str | Path, check: bool = True) -> Plan:
     path = Path(path)
     if not path.is_file():
         raise MixbenchError(f"plan file {path} does not exist; pass a YAML file (see harness/running/plan.py for its keys).")
-    raw = _load_yaml(path)
+    raw = read_plan_yaml(path)
     plan = plan_from_dict(raw, default_name=path.stem, source=str(path))
     if check:
         plan.check()
@@ -269,7 +269,7 @@ class _PlanLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _load_yaml(path: Path) -> Any:
+def read_plan_yaml(path: Path) -> Any:
     """The plan file's YAML, or a ConfigError of one sentence: too large, not UTF-8 text, bad YAML, aliases, a
     repeated key, a number too long to read."""
     size = path.stat().st_size

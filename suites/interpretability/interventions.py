@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -68,7 +68,7 @@ class NoConceptWord(MixbenchError):
 
 @dataclass(frozen=True)
 class Choice:
-    role: str  # "target" | "complement" | "neutral"
+    role: str  # "target" | "complement" | "neutral" | "random"
     layer: int
     index: int
     label: str
@@ -78,8 +78,9 @@ class Choice:
 
 def choose_units(profiles: list[UnitProfile], unit_set: UnitSet, profile_ids: torch.Tensor, model,
                  tokenizer: Tokenizer, next_counts: np.ndarray, target: str, named: dict[str, tuple[int, int] | None],
-                 complement_word: str) -> tuple[int, list[Choice]]:
-    """The target token id and the target, complement and neutral units."""
+                 complement_word: str, seed: int = 0) -> tuple[int, list[Choice]]:
+    """The target token id and the target, complement, neutral and random units (the random one: a live unit of
+    the target's layer drawn with ``seed``, the baseline "any unit" that the target unit must beat)."""
     live = [p for p in profiles if not p.dead]
     by_key = {(p.layer, p.index): p for p in profiles}
     if target == "auto":
@@ -101,7 +102,20 @@ def choose_units(profiles: list[UnitProfile], unit_set: UnitSet, profile_ids: to
         choices.append(_unit_for("complement", comp_word_id, others, by_key, named.get("complement"), tokenizer,
                                  unit_set, profile_ids))
     choices.append(_neutral(target_id, choices, live, by_key, named.get("neutral"), unit_set, profile_ids))
+    random_unit = _random(choices, live, seed)
+    if random_unit is not None:
+        choices.append(random_unit)
     return target_id, choices
+
+
+def _random(chosen: list[Choice], live, seed: int) -> Choice | None:
+    """A live unit of the target's layer other than the target unit, drawn with ``seed`` (None if there is none)."""
+    target = chosen[0]
+    pool = sorted((p for p in live if p.layer == target.layer and p.index != target.index), key=lambda p: p.index)
+    if not pool:
+        return None
+    p = pool[int(np.random.default_rng(seed).integers(len(pool)))]
+    return Choice("random", p.layer, p.index, p.label, "", f"drawn at random (seed {seed}) from the target's layer")
 
 
 def _unit_for(role, token_id, live, by_key, named, tokenizer, unit_set, profile_ids) -> Choice:
@@ -206,9 +220,16 @@ class InterventionRow:
     dppl: float
     dppl_max: float
     dppl_mean: float
+    #: per prompt (in the order of ``Baseline.prompts``): the relative change of the target word's probability
+    dprob: tuple[float, ...] = field(default=(), repr=False)
+    #: per window: the summed change of NLL and the tokens it sums over (the perplexity change's items)
+    window_dnll: tuple[float, ...] = field(default=(), repr=False)
+    window_tokens: tuple[float, ...] = field(default=(), repr=False)
 
     def to_json(self) -> dict:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        per_item = ("dprob", "window_dnll", "window_tokens")
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()
+                if k not in per_item}
 
 
 @torch.no_grad()
@@ -223,6 +244,7 @@ def intervene(model, ids: torch.Tensor, base: Baseline, target_id: int, choice: 
         dprob = (p / base.p_target - 1).double()
         dprob_mean, dprob_max = float(dprob.mean()), _signed_max(dprob)
     else:
+        dprob = torch.zeros(0, dtype=torch.float64)
         dprob_mean = dprob_max = float("nan")
     v = base.valid.double()
     diff = (nll - base.nll).double() * v
@@ -230,7 +252,8 @@ def intervene(model, ids: torch.Tensor, base: Baseline, target_id: int, choice: 
     per_window = torch.expm1(diff.sum(1) / v.sum(1).clamp(min=1))
     return InterventionRow(mode, choice.role, choice.label, choice.layer, choice.index, choice.word, choice.how,
                            target_word, P, dprob_mean, dprob_max, dppl, _signed_max(per_window),
-                           float(per_window.mean()))
+                           float(per_window.mean()), tuple(dprob.tolist()), tuple(diff.sum(1).tolist()),
+                           tuple(v.sum(1).tolist()))
 
 
 def _signed_max(values: torch.Tensor) -> float:

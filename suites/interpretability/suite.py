@@ -22,8 +22,9 @@ from harness.model.checkpoint import load_model
 from harness.errors import ConfigError
 from harness.mixer import Unit
 from harness.registry import register_suite
+from harness import stats
 from harness.stats import Interval
-from harness.suite import Metric, Suite, SuiteContext, SuiteResult
+from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
 from suites.interpretability import basis as basis_mod
 from suites.interpretability import (
     cards,
@@ -74,7 +75,9 @@ class Interpretability(Suite):
         "concept_windows": 8,
         "max_units_per_layer": 16,
     }
-    version: ClassVar[int] = 2  # 2: basis/toy in the paper's convention, key-query in its orientation
+    #: 2: basis/toy in the paper's convention, key-query in its orientation; 3: a random-unit intervention and the
+    #: intervention metrics with intervals (dprob_interval/target, dprob_gap/random, dppl_interval/target)
+    version: ClassVar[int] = 3
     headline: ClassVar[tuple[str, ...]] = (
         "coherence", "themes", "token_entropy", "coverage", "dead_frac", "dprob_mean/target",
     )
@@ -377,7 +380,7 @@ class _Run:
         try:
             target_id, choices = interventions.choose_units(
                 self.profiles["units"], self.sets["units"], self.profile_inputs, self.model, self.tok, next_counts,
-                cfg.target, named, cfg.complement)
+                cfg.target, named, cfg.complement, cfg.seed)
         except interventions.NoConceptWord as exc:
             self._skip("interventions", str(exc))
             return
@@ -399,6 +402,40 @@ class _Run:
         if "neutral" in first:
             self._metric("dprob_selectivity", first["target"].dprob_mean - first["neutral"].dprob_mean, False,
                          "relative", first["target"].n_prompts)
+        self._intervention_intervals(first, base)
+
+    def _intervention_intervals(self, rows: dict, base) -> None:
+        """The claims of docs/reproductions.md ("protot-intervention") with intervals: the target unit's effect on
+        its word's probability against a random unit's, paired on the prompts (bootstrap), and the perplexity
+        change of masking the target unit (bootstrap over windows, token-weighted)."""
+        target = rows.get("target")
+        if target is None:
+            return
+        level, n_boot, seed = 0.95, 1000, self.cfg.seed
+        if len(target.dprob) >= 2:
+            dprob = np.asarray(target.dprob)
+            res = stats.bootstrap((dprob,), lambda d, axis=-1: d.mean(axis=axis), n_resamples=n_boot, level=level,
+                                  seed=seed)
+            self.metrics.append(Metric("dprob_interval/target", res.point, False, role="diagnostic",
+                                       interval=res.interval, n=len(dprob),
+                                       unit="relative change of the word's probability, target unit masked"))
+        if "random" in rows and len(target.dprob) >= 2:
+            gap = np.asarray(target.dprob) - np.asarray(rows["random"].dprob)
+            res = stats.bootstrap((gap,), lambda g, axis=-1: g.mean(axis=axis), n_resamples=n_boot, level=level,
+                                  seed=seed)
+            ids = tuple(f"{int(w)}:{int(t)}" for w, t in base.prompts.tolist())
+            self.metrics.append(Metric("dprob_gap/random", res.point, False, role="diagnostic", interval=res.interval,
+                                       n=len(gap), unit="relative change, target unit - random unit",
+                                       items=ItemValues(ids, tuple(gap.tolist()))))
+        if len(target.window_dnll) >= 2:
+            dnll, tokens = np.asarray(target.window_dnll), np.asarray(target.window_tokens)
+            keep = tokens > 0
+            res = stats.bootstrap((dnll[keep], tokens[keep]),
+                                  lambda d, t, axis=-1: np.expm1(d.sum(axis=axis) / t.sum(axis=axis)),
+                                  n_resamples=n_boot, level=level, seed=seed)
+            self.metrics.append(Metric("dppl_interval/target", res.point, False, role="diagnostic",
+                                       interval=res.interval, n=int(keep.sum()),
+                                       unit="relative perplexity change, masking the target unit"))
 
     # ------------------------------------------------------------------ basis functions
     def _basis(self) -> None:

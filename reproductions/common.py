@@ -1,0 +1,21 @@
+"""What several targets share: the paper mixers, and finding a metric by its name's pattern."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from harness.running.reproduce import Measured, RunIndex
+
+#: the ProtoT paper's four mixers (docs/PAPERS.md)
+PAPER_MIXERS = ("attention", "mamba", "deltanet", "protot")
+#: those whose decode state does not grow with the context
+FIXED_STATE = ("mamba", "deltanet", "protot")
+
+
+def measured_like(runs: RunIndex, suite: str, mixer: str, pattern: str) -> Measured | None:
+    """The first metric of ``mixer``'s run of ``suite`` whose name matches ``pattern`` (fnmatch)."""
+    for record in runs.records(suite, mixer):
+        for m in record.metrics:
+            if fnmatch.fnmatchcase(m.name, pattern):
+                return Measured.of(m.value, m.interval)
+    return None

@@ -1,0 +1,159 @@
+"""`mixbench reproduce`: the verdict logic on planted numbers, the run index on a planted store, a target a user
+registers, and every built-in target's whole pipeline at scale tiny (docs/reproductions.md)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.registry import TARGETS
+from harness.running.reproduce import (
+    INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Check, Measured, RunIndex, overall, verdict,
+)
+from harness.store.results import ResultsStore
+from tests.planted import manifest, put, score, subject
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("low, high, threshold, above, expected", [
+    (0.92, 0.97, 0.9, True, REPRODUCED),          # the whole interval above
+    (0.80, 0.88, 0.9, True, NOT_REPRODUCED),      # the whole interval below
+    (0.85, 0.95, 0.9, True, INCONCLUSIVE),        # straddles
+    (0.90, 0.95, 0.9, True, INCONCLUSIVE),        # touching the threshold is not clear of it
+    (-0.3, -0.1, 0.0, False, REPRODUCED),         # "< 0" claims
+    (0.1, 0.3, 0.0, False, NOT_REPRODUCED),
+    (-0.1, 0.1, 0.0, False, INCONCLUSIVE),
+])
+def test_verdicts_on_planted_intervals(low, high, threshold, above, expected):
+    measured = Measured((low + high) / 2, low, high, "bootstrap 95%")
+    assert verdict(measured, threshold, above) == expected
+
+
+def test_no_interval_or_no_number_proves_nothing():
+    assert verdict(Measured(0.99), 0.9, True) == INCONCLUSIVE  # a point alone, however far from the threshold
+    assert verdict(None, 0.9, True) == INCONCLUSIVE
+    assert verdict(Measured(math.nan, 0.1, 0.2), 0.0, True) == INCONCLUSIVE
+    assert verdict(Measured(0.5, math.nan, 0.6), 0.0, True) == INCONCLUSIVE
+
+
+def test_a_target_is_reproduced_only_when_every_claim_is():
+    yes = Check("a", 0.0, True, Measured(1.0, 0.5, 1.5))
+    no = Check("b", 0.0, True, Measured(-1.0, -1.5, -0.5))
+    maybe = Check("c", 0.0, True, Measured(0.0, -0.5, 0.5))
+    assert overall([yes, yes]) == REPRODUCED
+    assert overall([yes, maybe]) == INCONCLUSIVE
+    assert overall([yes, maybe, no]) == NOT_REPRODUCED
+    assert overall([]) == INCONCLUSIVE
+    reported = Check("d", 0.0, True, Measured(-1.0, -1.5, -0.5), counts=False)  # a mixer the source did not test
+    assert overall([yes, reported]) == REPRODUCED
+
+
+def test_the_run_index_pairs_two_mixers_on_shared_items(tmp_path):
+    """``a - b`` on the shared items equals the naive difference of item means, and its interval is a paired one
+    (it is much narrower than unpaired intervals would be when the items vary a lot but the gap is constant)."""
+    store = ResultsStore(tmp_path)
+    rng = np.random.default_rng(0)
+    base = rng.normal(3.0, 1.0, size=40)
+    items_a = {f"doc{i}": float(v) for i, v in enumerate(base)}
+    items_b = {f"doc{i}": float(v + 0.2) for i, v in enumerate(base)}
+    items_b["only-b"] = 10.0  # not shared: left out
+    ids = [put(store, manifest("perplexity", subject(m)), [score("ppl", float(np.mean(list(it.values()))), False,
+                                                                 0.5, items=it)])
+           for m, it in (("attention", items_a), ("none", items_b))]
+    runs = RunIndex(store, ids + ["missing-run-id"])
+    diff = runs.paired_difference("perplexity", "attention", "none", "ppl")
+    assert diff.value == pytest.approx(-0.2) and diff.low == pytest.approx(-0.2) and diff.high == pytest.approx(-0.2)
+    assert runs.measured("perplexity", "attention", "ppl").low == pytest.approx(float(np.mean(base)) - 0.5)
+    assert runs.measured("perplexity", "mamba", "ppl") is None and runs.metric("perplexity", "none", "nope") is None
+
+
+def _cli(*args: str, cwd: Path = REPO, timeout: int = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_list_names_each_target_with_its_source_claim_protocol_and_cost():
+    out = _cli("reproduce", "--list")
+    assert out.returncode == 0, out.stderr
+    for name in TARGETS.names():
+        block = out.stdout.split(f"\n{name}\n")[-1] if not out.stdout.startswith(name) else out.stdout
+        for field in ("source:", "published:", "checked:", "protocol:", "departures:", "cost:"):
+            assert field in block, (name, field)
+    assert {"zoology-mqar", "mad-recall", "throughput-physics", "leading-terms", "protot-intervention",
+            "controls"} <= set(TARGETS.names())
+    bad = _cli("reproduce", "no-such-target")
+    assert bad.returncode == 2 and "no-such-target" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_user_target_registers_like_a_suite_and_its_verdict_sets_the_exit_code(tmp_path):
+    """A plugin target (no built-in knows it) runs through the ordinary store: a mixer-scoped suite's runs land
+    there, and a second call finds them instead of recomputing."""
+    (tmp_path / "my_target.py").write_text(textwrap.dedent('''
+        from harness.registry import register_target
+        from harness.running.reproduce import Check, Step, Target
+
+        @register_target("my-claim")
+        class MyClaim(Target):
+            source = "a hand-made claim"
+            published = "attention recalls better than chance"
+            checked = "attention MQAR accuracy > 0"
+
+            def steps(self, scale):
+                cfg = {"tasks": "mqar", "settings": "mqar:seq_len=32,num_kv_pairs=2,vocab_size=64",
+                       "max_steps": 4, "eval_every": 2, "lrs": "3e-3", "test_examples": 32, "valid_examples": 16,
+                       "extrapolation": "", "d_model": 16}
+                return [Step("synthetic", ("attention",), cfg)]
+
+            def checks(self, runs, scale):
+                m = runs.measured("synthetic", "attention", "mqar/seq32_kv2_vocab64/acc")
+                return [Check("attention accuracy", 2.0, True, m)]  # impossible: accuracy <= 1
+    '''))
+    store = tmp_path / "store"
+    first = _cli("reproduce", "my-claim", "--scale", "tiny", "--plugin", "my_target", "--results", str(store),
+                 "--no-progress", cwd=tmp_path)
+    assert first.returncode == 1, first.stderr  # not reproduced: exit 1
+    assert "my-claim" in first.stdout and "NOT REPRODUCED" in first.stdout, first.stdout
+    assert "attention accuracy" in first.stdout and "expected > 2" in first.stdout
+    runs = sorted(p.name for p in (store / "runs").iterdir())
+    second = _cli("reproduce", "my-claim", "--scale", "tiny", "--plugin", "my_target", "--results", str(store),
+                  "--no-progress", cwd=tmp_path)
+    assert second.returncode == 1 and sorted(p.name for p in (store / "runs").iterdir()) == runs
+
+
+@pytest.mark.slow
+def test_every_built_in_target_runs_its_pipeline_at_scale_tiny(tmp_path):
+    """The whole pipeline of each target (training, suites, the store, the checks) at a smoke-test size. The
+    verdicts at this size mean nothing; every check must be measured (no "missing") and rendered."""
+    out = _cli("reproduce", "--all", "--scale", "tiny", "--results", str(tmp_path / "store"), "--no-progress",
+               timeout=1500)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    for name in TARGETS.names():
+        assert f"\n{name} (scale tiny" in "\n" + out.stdout, (name, out.stdout)
+    assert "missing" not in out.stdout, out.stdout
+    summary = out.stdout.splitlines()[-len(TARGETS.names()):]  # one line per target: name, verdict
+    assert [line.split()[0] for line in summary] == TARGETS.names()
+    assert all(line.split(None, 1)[1].strip() in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE) for line in summary)
+
+
+def test_the_nightly_reproduce_plan_names_every_built_in_target(tmp_path):
+    from harness.errors import MixbenchError
+    from harness.running.reproduce import load_reproduce_plan
+
+    plan = load_reproduce_plan(str(REPO / "plans" / "reproduce.yaml"))
+    assert set(plan.targets) == set(TARGETS.names()) and plan.devices == {"cpu": "cpu", "gpu": "cuda"}
+    for text, message in (("targets: [controls, nope]\n", "nope"), ("targets: controls\n", "list of target names"),
+                          ("targets: [controls]\nextra: 1\n", "keys targets, scales"),
+                          ("targets: [controls]\nscales: {huge: {device: cpu}}\n", "maps tiny, cpu, gpu"),
+                          ("- a\n- b\n", "must be a mapping")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(MixbenchError, match=message):  # ConfigError, or UnknownNameError for a name
+            load_reproduce_plan(str(bad))
