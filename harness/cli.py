@@ -454,8 +454,8 @@ def _run_grid(
     suite_overrides: dict[str, dict] | None = None, keep_going: bool = False, controls: list[str] | None = None,
 ) -> int:
     from harness.store.results import ResultsStore
-    from harness.running.runner import GridRequest, run_grid
     from harness.model.specs import parse_assignments
+    from harness.running.runner import GridRequest, JobOptions, run_grid
 
     req = GridRequest(
         preset=args.preset,
@@ -468,11 +468,9 @@ def _run_grid(
         data_overrides=_data_overrides(args) if hasattr(args, "data") else {},
         backbone_overrides={"context": args.context} if getattr(args, "context", None) else {},
         suite_overrides=suite_overrides or {},
-        device=_device(args.device),
-        kernel=getattr(args, "kernel", None),
-        force=getattr(args, "force", False),
-        progress=not args.no_progress,
-        skip_gate=getattr(args, "skip_gate", False),
+        options=JobOptions(device=_device(args.device), kernel=getattr(args, "kernel", None),
+                           force=getattr(args, "force", False), progress=not args.no_progress,
+                           skip_gate=getattr(args, "skip_gate", False)),
         controls=controls,
     )
     store = ResultsStore(args.results)

@@ -28,7 +28,7 @@ class ThroughputPhysics(Target):
                    "floor": "", "reference": ""}
             return [Step("throughput", ("attention", "protot"), cfg, preset="tiny", train={"token_budget": 4096})]
         lengths = (2048, 8192) if scale == "cpu" else (8192, 32768)
-        cfg = {"lengths": lengths, "modes": ("prefill", "decode"), "repeats": 5, "floor": "", "reference": "",
+        cfg = {"lengths": lengths, "modes": ("prefill", "decode"), "repeats": 15, "floor": "", "reference": "",
                "max_point_seconds": 120.0}
         return [Step("throughput", PAPER_MIXERS, cfg, preset="quick")]
 

@@ -4,7 +4,7 @@ little else (the ProtoT paper, seeds 000/001; docs/PAPERS.md §A)."""
 from __future__ import annotations
 
 from harness.registry import register_target
-from harness.running.reproduce import Check, RunIndex, Step, Target
+from harness.running.reproduce import Check, RunIndex, Step, Target, interval_difference
 
 
 @register_target("protot-intervention")
@@ -12,7 +12,9 @@ class ProtoTIntervention(Target):
     source = "the ProtoT paper (docs/PAPERS.md §A, seeds/000 and seeds/001): its prototype-masking interventions"
     published = ("Masking the prototype most tied to a concept lowers the probability of the concept's words while "
                  "perplexity barely moves.")
-    checked = ("in the interpretability suite on a ProtoT model: masking the target prototype lowers its word's "
+    checked = ("precondition: the prototypes specialise (the mean coherence of each prototype's top contexts exceeds "
+               "that of random contexts; otherwise inconclusive); then, in the interpretability suite on a ProtoT "
+               "model: masking the target prototype lowers its word's "
                "probability by more than 10% (bootstrap over prompts, 95%); the relative change of the target word's "
                "probability when the target prototype is masked, minus that when a random prototype of the same "
                "layer is masked, paired on the prompts (bootstrap 95%) < 0; and the perplexity change of masking "
@@ -37,7 +39,12 @@ class ProtoTIntervention(Target):
         drop = runs.measured("interpretability", "protot", "dprob_interval/target")
         gap = runs.measured("interpretability", "protot", "dprob_gap/random")
         dppl = runs.measured("interpretability", "protot", "dppl_interval/target")
+        coherence = runs.measured("interpretability", "protot", "coherence")
+        random = runs.measured("interpretability", "protot", "coherence_random")
+        specialise = None if coherence is None or random is None else interval_difference(coherence, random)
         return [
+            Check("prototypes specialise: coherence of their contexts - of random contexts", 0.0, True, specialise,
+                  "without it the masks test nothing", precondition=True),
             Check("relative change of the word's probability, target prototype masked", -0.1, False, drop,
                   "the concept's word loses at least a tenth of its probability"),
             Check("target prototype - random prototype, relative change of the word's probability", 0.0, False, gap,

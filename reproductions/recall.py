@@ -7,7 +7,7 @@ the sources' protocols and how ours departs from them.
 from __future__ import annotations
 
 from harness.registry import register_target
-from harness.running.reproduce import Check, RunIndex, Step, Target
+from harness.running.reproduce import Check, RunIndex, Step, Target, interval_difference
 from reproductions.common import FIXED_STATE, PAPER_MIXERS, measured_like
 
 #: MQAR settings checked: (sequence length, key-value pairs)
@@ -66,7 +66,7 @@ class ZoologyMQAR(Target):
             out.append(Check(f"attention - {m}, MQAR {hard} accuracy", 0.0, True, diff))
             easy, hard_m = (measured_like(runs, "synthetic", m, label(s)) for s in (settings[0], hard))
             if easy is not None and hard_m is not None:
-                drop = _interval_gap(easy, hard_m)
+                drop = interval_difference(easy, hard_m)
                 out.append(Check(f"{m}: accuracy {settings[0]} - {hard}", 0.0, True, drop,
                                  "interval of the difference of two independent Wilson intervals"))
         return out
@@ -118,16 +118,3 @@ def _exact(runs: RunIndex, mixer: str, pattern: str) -> str:
             if fnmatch.fnmatchcase(m.name, pattern):
                 return m.name
     return pattern
-
-
-def _interval_gap(a, b):
-    """``a - b`` of two independent measurements, its interval from the intervals' half-widths in quadrature
-    (a normal approximation; only used where no items are shared, as between two MQAR settings)."""
-    from harness.running.reproduce import Measured
-
-    if a.low is None or b.low is None:
-        return Measured(a.value - b.value)
-    half_a, half_b = (a.high - a.low) / 2, (b.high - b.low) / 2
-    half = (half_a ** 2 + half_b ** 2) ** 0.5
-    diff = a.value - b.value
-    return Measured(diff, diff - half, diff + half, "normal from two intervals 95%")

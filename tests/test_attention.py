@@ -100,3 +100,18 @@ def test_bad_head_count():
         Attention(AttentionConfig(n_heads=3), 32, 0, 1)
     with pytest.raises(ConfigError, match="n_kv_heads"):
         AttentionConfig(n_heads=4, n_kv_heads=3)
+
+
+def test_reference_names_every_mixers_reference_kernel():
+    """``--kernel reference`` selects each mixer's first kernel whatever its own name for it (attention's naive,
+    DeltaNet's recurrent, ProtoT's recurrent); an unknown name is still refused with the list."""
+    from harness.errors import ConfigError
+    from harness.registry import MIXERS
+
+    for name in ("attention", "protot", "deltanet", "mamba", "none"):
+        entry = MIXERS.get(name)
+        layer = entry.cls(entry.make_config({}), 32, 0, 1)
+        layer.set_kernel("reference")
+        assert layer.kernel == entry.cls.kernels[0], name
+    with pytest.raises(ConfigError, match="choose one of"):
+        layer.set_kernel("no-such-kernel")

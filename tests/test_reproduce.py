@@ -55,6 +55,26 @@ def test_a_target_is_reproduced_only_when_every_claim_is():
     assert overall([yes, reported]) == REPRODUCED
 
 
+def test_a_precondition_that_fails_makes_the_target_inconclusive_not_false():
+    """Units that do not specialise at a budget make an intervention claim untestable there: the target says
+    inconclusive whatever the claim's own checks say, and the precondition met lets them decide."""
+    unmet = Check("units specialise", 0.0, True, Measured(0.0, -0.1, 0.1), precondition=True)
+    met = Check("units specialise", 0.0, True, Measured(0.3, 0.1, 0.5), precondition=True)
+    claim_fails = Check("mask lowers the word", -0.1, False, Measured(0.0, -0.01, 0.01))
+    assert overall([unmet, claim_fails]) == INCONCLUSIVE
+    assert overall([met, claim_fails]) == NOT_REPRODUCED
+    assert overall([met, Check("x", 0.0, True, Measured(1.0, 0.5, 1.5))]) == REPRODUCED
+
+
+def test_the_difference_of_two_independent_intervals():
+    from harness.running.reproduce import interval_difference
+
+    d = interval_difference(Measured(0.9, 0.8, 1.0), Measured(0.5, 0.47, 0.53))  # half-widths 0.1 and 0.03
+    half = math.hypot(0.1, 0.03)
+    assert (d.value, d.low, d.high) == pytest.approx((0.4, 0.4 - half, 0.4 + half))
+    assert interval_difference(Measured(0.9), Measured(0.5, 0.4, 0.6)).low is None  # no interval on one side
+
+
 def test_the_run_index_pairs_two_mixers_on_shared_items(tmp_path):
     """``a - b`` on the shared items equals the naive difference of item means, and its interval is a paired one
     (it is much narrower than unpaired intervals would be when the items vary a lot but the gap is constant)."""

@@ -38,7 +38,7 @@ import yaml
 
 from harness.config import check_seed
 from harness.errors import ConfigError, MixbenchError
-from harness.running.runner import GridRequest, Resources, check_grid_size
+from harness.running.runner import GridRequest, JobOptions, Resources, check_grid_size
 from harness.values import build_config, coerce_values, option
 
 PLAN_KEYS = (
@@ -202,13 +202,8 @@ class Plan:
                 train_overrides=dict(self.train),
                 data_overrides=dict(self.data),
                 suite_overrides={s: dict(c) for s, c in self.suite_configs.items()},
-                device=device,
-                kernel=self.kernel,
-                force=force,
-                progress=progress,
-                resources=self.resources,
-                plugins=tuple(plugins),
-                skip_gate=skip_gate,
+                options=JobOptions(device=device, kernel=self.kernel, force=force, progress=progress,
+                                   resources=self.resources, plugins=tuple(plugins), skip_gate=skip_gate),
                 controls=None if self.controls is None else list(self.controls),
             )
             for preset in self.presets

@@ -13,7 +13,9 @@ nothing is computed twice.
 Verdicts (:func:`verdict`): a check is *reproduced* when its whole interval lies on the claimed side of the
 threshold, *not reproduced* when its whole interval lies on the other side, and *inconclusive* when the interval
 straddles it or there is no interval (a number without an interval proves nothing either way). A target is
-reproduced when every check is, not reproduced when any check is not, and inconclusive otherwise.
+reproduced when every check is, not reproduced when any check is not, and inconclusive otherwise; a precondition
+check (what the protocol must give for the claim to be testable at all, such as units that specialise) that is not
+reproduced makes the target inconclusive.
 """
 
 from __future__ import annotations
@@ -71,6 +73,16 @@ class Measured:
         return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}] ({self.kind})"
 
 
+def interval_difference(a: Measured, b: Measured) -> Measured:
+    """``a - b`` of two independent measurements, its interval from the two intervals' half-widths in quadrature (a
+    normal approximation, for numbers that share no items: two MQAR settings, a unit set and random contexts)."""
+    if a.low is None or a.high is None or b.low is None or b.high is None:
+        return Measured(a.value - b.value)
+    half = (((a.high - a.low) / 2) ** 2 + ((b.high - b.low) / 2) ** 2) ** 0.5
+    diff = a.value - b.value
+    return Measured(diff, diff - half, diff + half, "normal from two intervals")
+
+
 def verdict(measured: Measured | None, threshold: float, above: bool) -> str:
     """The verdict on "measured > threshold" (``above``) or "measured < threshold" (see the module docstring)."""
     if measured is None or measured.low is None or measured.high is None or math.isnan(measured.value):
@@ -96,6 +108,9 @@ class Check:
     measured: Measured | None
     note: str = ""
     counts: bool = True  # False: reported beside the claim (a mixer the source did not test), not part of it
+    #: a condition the claim needs of the protocol (the units specialise at this budget): unless it is reproduced,
+    #: the target is inconclusive whatever its other checks say, since they would test nothing
+    precondition: bool = False
 
     @property
     def expected(self) -> str:
@@ -107,7 +122,10 @@ class Check:
 
 
 def overall(checks: Sequence[Check]) -> str:
-    """Every check reproduced: reproduced; any not reproduced: not reproduced; else inconclusive (no checks too)."""
+    """A precondition not reproduced: inconclusive. Then every check reproduced: reproduced; any not reproduced:
+    not reproduced; else inconclusive (no checks too)."""
+    if any(c.precondition and c.verdict != REPRODUCED for c in checks):
+        return INCONCLUSIVE
     verdicts = [c.verdict for c in checks if c.counts]
     if verdicts and all(v == REPRODUCED for v in verdicts):
         return REPRODUCED
@@ -264,7 +282,7 @@ def run_target(target: Target, scale: str, store: Any, device: str = "cpu", prog
     from harness.registry import SUITES
     from harness.running.evaluate import EvalOptions, evaluate
     from harness.running.planned import PlannedRun
-    from harness.running.runner import GridRequest, run_requests
+    from harness.running.runner import GridRequest, JobOptions, run_requests
 
     t0 = time.perf_counter()
     steps = planned_steps(target, scale, device)
@@ -283,7 +301,8 @@ def run_target(target: Target, scale: str, store: Any, device: str = "cpu", prog
         req = GridRequest(preset=step.preset, mixers=list(step.mixers), suites=[step.suite],
                           mixer_configs={m: dict(c) for m, c in step.mixer_configs.items()},
                           train_overrides=dict(step.train), data_overrides=dict(step.data), suite_overrides={step.suite: dict(step.suite_config)},
-                          device=device, force=force, progress=progress, controls=list(step.controls))
+                          options=JobOptions(device=device, force=force, progress=progress),
+                          controls=list(step.controls))
         report = run_requests([req], store)
         run_ids.extend(report.run_ids)
     checks = target.checks(RunIndex(store, run_ids), scale)
@@ -298,6 +317,7 @@ def render_result(result: TargetResult) -> str:
         measured = c.measured.render() if c.measured is not None else "missing"
         note = f"  ({c.note})" if c.note else ""
         verdict = c.verdict if c.counts else f"({c.verdict}; reported only)"
+        verdict = f"{verdict} [precondition]" if c.precondition else verdict
         lines.append(f"  {c.what:<{width}}  expected {c.expected:<10} measured {measured:<44} {verdict}{note}")
     return "\n".join(lines)
 

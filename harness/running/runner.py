@@ -80,45 +80,6 @@ class Resources:
             )
 
 
-@dataclass
-class GridRequest:
-    preset: str
-    mixers: list[str]
-    suites: list[str]
-    seeds: list[int] = field(default_factory=lambda: [0])
-    mixer_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    backbone_overrides: dict[str, Any] = field(default_factory=dict)
-    train_overrides: dict[str, Any] = field(default_factory=dict)
-    data_overrides: dict[str, Any] = field(default_factory=dict)
-    suite_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    device: str = "cpu"
-    kernel: str | None = None
-    force: bool = False
-    progress: bool = True
-    resources: Resources = field(default_factory=Resources)
-    plugins: tuple[str, ...] = ()
-    skip_gate: bool = False
-    #: controls trained and scored beside the mixers, once per seed (docs/controls.md): None = every registered
-    #: control, [] = none. They take the grid's backbone, training and data overrides, and their default config.
-    controls: list[str] | None = None
-
-    def options(self) -> JobOptions:
-        """The options every job of this request runs with."""
-        return JobOptions(self.device, self.kernel, self.force, self.progress, self.resources, tuple(self.plugins),
-                          self.skip_gate)
-
-    def planned_runs(self) -> tuple[PlannedRun, ...]:
-        """Each suite's run as this request declares it (validated; bound to a subject per job)."""
-        return tuple(PlannedRun.make(s, self.suite_overrides.get(s), device=self.device, grid=True)
-                     for s in self.suites)
-
-    def all_mixers(self) -> list[str]:
-        """The mixers, then each control the grid does not already list."""
-        from harness.registry import resolve_controls
-
-        return [*self.mixers, *(c for c in resolve_controls(self.controls) if c not in self.mixers)]
-
-
 @dataclass(frozen=True)
 class JobOptions:
     """How every job of a request runs (its device and kernel, whether to redo work, what to print, what it asks
@@ -131,6 +92,36 @@ class JobOptions:
     resources: Resources = field(default_factory=Resources)
     plugins: tuple[str, ...] = ()
     skip_gate: bool = False
+
+
+@dataclass
+class GridRequest:
+    """What one preset's grid trains and scores (a plan makes one per preset); ``options`` says how its jobs run."""
+
+    preset: str
+    mixers: list[str]
+    suites: list[str]
+    seeds: list[int] = field(default_factory=lambda: [0])
+    mixer_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backbone_overrides: dict[str, Any] = field(default_factory=dict)
+    train_overrides: dict[str, Any] = field(default_factory=dict)
+    data_overrides: dict[str, Any] = field(default_factory=dict)
+    suite_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    options: JobOptions = field(default_factory=JobOptions)
+    #: controls trained and scored beside the mixers, once per seed (docs/controls.md): None = every registered
+    #: control, [] = none. They take the grid's backbone, training and data overrides, and their default config.
+    controls: list[str] | None = None
+
+    def planned_runs(self) -> tuple[PlannedRun, ...]:
+        """Each suite's run as this request declares it (validated; bound to a subject per job)."""
+        return tuple(PlannedRun.make(s, self.suite_overrides.get(s), device=self.options.device, grid=True)
+                     for s in self.suites)
+
+    def all_mixers(self) -> list[str]:
+        """The mixers, then each control the grid does not already list."""
+        from harness.registry import resolve_controls
+
+        return [*self.mixers, *(c for c in resolve_controls(self.controls) if c not in self.mixers)]
 
 
 @dataclass(frozen=True)
@@ -278,7 +269,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                     train_overrides={**req.train_overrides, "seed": seed},
                     data_overrides=req.data_overrides,
                 )
-                check_training(spec.model.backbone, spec.train.batch_size, req.device,
+                check_training(spec.model.backbone, spec.train.batch_size, req.options.device,
                                f"training {mixer} at preset {req.preset}")
                 pending.append((req, spec, planned))
     store.ensure_writable()
@@ -286,7 +277,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     for req, spec, planned in pending:
         if spec.data not in _CORPORA:
             t0 = time.perf_counter()
-            corpus = corpus_for(spec.data, req.progress)
+            corpus = corpus_for(spec.data, req.options.progress)
             timer.add(f"data + tokenizer ({corpus.tokenizer.vocab_size} tokens vocab)", time.perf_counter() - t0)
         corpus = _CORPORA[spec.data]
         spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
@@ -295,7 +286,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
             continue
         seen.add(model_id)
         weights = final_weights_hash(checkpoint_root(store) / model_id)
-        jobs.append(ModelJob(spec, model_id, plan_runs(spec, corpus.fingerprint, planned, weights), req.options()))
+        jobs.append(ModelJob(spec, model_id, plan_runs(spec, corpus.fingerprint, planned, weights), req.options))
     return jobs
 
 
@@ -449,7 +440,7 @@ def run_requests(
                 report.add(f"{job.label}: FAILED", 0.0)
                 continue
             report.outcomes.append(result)
-            if any(r.progress for r in reqs):
+            if any(r.options.progress for r in reqs):
                 _print_headlines(store, [result.runs[suite] for suite in result.written])
             report.run_ids.update(result.runs.values())
             report.trained += int(result.trained)
@@ -463,7 +454,7 @@ def run_requests(
     for req in reqs:
         for suite in req.suites:
             suites_seen.setdefault(suite, req.suite_overrides.get(suite))
-    progress = any(r.progress for r in reqs)
+    progress = any(r.options.progress for r in reqs)
     for suite, overrides in suites_seen.items():  # cross-run steps (the judge's ratings) once every run is in
         entry = SUITES.get(suite)
         if entry.cls.aggregate is not Suite.aggregate:
