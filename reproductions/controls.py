@@ -15,7 +15,7 @@ class BeatsTheControl(Target):
     checked = ("at preset quick, each paper mixer's held-out NLL per token minus the `none` control's, paired on "
                "the shared documents (bootstrap 95%), < 0")
     departures = "328k training tokens of the embedded corpus at width 128 (the paper: 250M tokens at width 256)"
-    cost = "not yet measured at scale cpu on the reference machine (docs/reproductions.md)"
+    cost = "306 s at scale cpu (five quick models trained and scored; docs/reproductions.md)"
 
     def steps(self, scale: str) -> list[Step]:
         if scale == "tiny":

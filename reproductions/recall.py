@@ -79,8 +79,8 @@ class MADRecall(Target):
               "Length\", MAD table: in-context recall 94.1 (Transformer), 90.4 (Mamba), 100 (DeltaNet)")
     published = ("On MAD's in-context recall (vocabulary 16, length 128, 12,800 examples) attention reaches 94% "
                  "test accuracy, Mamba 90% and DeltaNet 100%.")
-    checked = ("at MAD's baseline setting, attention, mamba and deltanet each score > 0.85 (Wilson 95%), and "
-               "protot is reported against them")
+    checked = ("at MAD's baseline setting, attention, mamba and deltanet each score > 0.85 (Wilson 95%); at the "
+               "GPU scale protot is reported beside them")
     departures = ("at most 8,000 steps of 64 examples (MAD: 200 epochs of 12,800, 20,000 steps of 128), one "
                   "learning rate (1e-3) and weight decay 0.1 instead of MAD's 3 x 2 sweep, the baseline setting "
                   "only (MAD averages 11 settings), micro- not macro-averaged accuracy, and the mixbench backbone "
@@ -100,14 +100,16 @@ class MADRecall(Target):
             # batch 64, lr 1e-3 (the run then stops at 0.99); of a 4,000-step schedule it was at 0.71 at the end
             cfg = {"tasks": "in-context-recall", "d_model": 64, "batch_size": 64, "max_steps": 8000,
                    "eval_every": 250, "lrs": "1e-3", "extrapolation": ""}
-        return [Step("synthetic", PAPER_MIXERS, cfg)]
+        # ProtoT (not in the source) runs at the GPU scale; on a CPU its 8,000 steps at its plateau cost as much as
+        # the three claimed mixers together (docs/reproductions.md has its 4,000-step figure)
+        return [Step("synthetic", PAPER_MIXERS if scale == "gpu" else ("attention", "mamba", "deltanet"), cfg)]
 
     def checks(self, runs: RunIndex, scale: str) -> list[Check]:
         mixers = ("attention",) if scale == "tiny" else ("attention", "mamba", "deltanet")
         threshold = 0.0 if scale == "tiny" else 0.85
         out = [Check(f"{m}, in-context recall accuracy", threshold, True,
                      measured_like(runs, "synthetic", m, "in-context-recall/*/acc")) for m in mixers]
-        if scale != "tiny":
+        if scale == "gpu":
             out.append(Check("protot, in-context recall accuracy", 0.85, True,
                              measured_like(runs, "synthetic", "protot", "in-context-recall/*/acc"),
                              "the source did not test ProtoT", counts=False))

@@ -69,8 +69,8 @@ class Measured:
 
     def render(self) -> str:
         if self.low is None or self.high is None:
-            return f"{self.value:.4g} (no interval)"
-        return f"{self.value:.4g} [{self.low:.4g}, {self.high:.4g}] ({self.kind})"
+            return f"{self.value:.5g} (no interval)"
+        return f"{self.value:.5g} [{self.low:.5g}, {self.high:.5g}] ({self.kind})"
 
 
 def interval_difference(a: Measured, b: Measured) -> Measured:
