@@ -588,7 +588,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from harness.registry import TARGETS
-    from harness.running.reproduce import REPRODUCED, planned_steps, render_listing, render_result, run_target
+    from harness.running.reproduce import (
+        REPRODUCED, planned_steps, render_listing, render_result, run_target, save_record,
+    )
     from harness.store.results import ResultsStore
 
     if args.list:
@@ -615,6 +617,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     results = []
     for target in targets:
         result = run_target(target, args.scale, store, device, progress=not args.no_progress, force=args.force)
+        save_record(store, target, result)
         print(render_result(result), flush=True)
         results.append(result)
     if len(results) > 1:

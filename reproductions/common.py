@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from harness.running.reproduce import Measured, RunIndex
+from harness.reproduction import Measured, RunIndex
 
 #: the ProtoT paper's four mixers (docs/PAPERS.md)
 PAPER_MIXERS = ("attention", "mamba", "deltanet", "protot")

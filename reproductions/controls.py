@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.registry import register_target
-from harness.running.reproduce import Check, RunIndex, Step, Target
+from harness.reproduction import Check, RunIndex, Step, Target
 from reproductions.common import PAPER_MIXERS
 
 

@@ -4,7 +4,7 @@ the leading term of its gradient series (the "Gradient Leading Terms" paper, doc
 from __future__ import annotations
 
 from harness.registry import register_target
-from harness.running.reproduce import Check, RunIndex, Step, Target
+from harness.reproduction import Check, RunIndex, Step, Target
 
 #: the toy's matrices as the suite names them: output, value, key-query, relative position
 MATRICES = (("wo", "W_O"), ("v", "V"), ("w", "W (key-query)"), ("p", "P (position)"))
@@ -42,7 +42,7 @@ class LeadingTerms(Target):
 
 def _exact(metric):
     """A deterministic number (full-batch gradient descent from zero, no sampling): its interval is the point."""
-    from harness.running.reproduce import Measured
+    from harness.reproduction import Measured
 
     if metric is None:
         return None

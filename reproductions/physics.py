@@ -4,7 +4,7 @@ decodes at a cost per token that does not grow with the context (the reason line
 from __future__ import annotations
 
 from harness.registry import register_target
-from harness.running.reproduce import Check, RunIndex, Step, Target
+from harness.reproduction import Check, RunIndex, Step, Target
 from reproductions.common import FIXED_STATE, PAPER_MIXERS
 
 
@@ -19,8 +19,9 @@ class ThroughputPhysics(Target):
                "against log length, bootstrap over timed rounds) > 1.7 and its decode latency ratio (8k / 2k) > 1; "
                "each fixed-state mixer's prefill exponent < 1.2 and decode ratio < 1.3")
     departures = ("CPU timings of the whole model (embedding, MLPs and head included, whose linear cost lowers "
-                  "attention's exponent below 2) with torch's CPU kernels; batch 1")
-    cost = "80 s at scale cpu with the controls' quick models in the store, about 6 min without"
+                  "attention's exponent below 2) with torch's CPU kernels, whose causal attention op alone grows "
+                  "with an exponent of 1.88 from 2k to 8k at this shape; batch 1")
+    cost = "257 s at scale cpu, training the four quick models included (docs/reproductions.md)"
 
     def steps(self, scale: str) -> list[Step]:
         if scale == "tiny":

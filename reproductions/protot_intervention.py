@@ -4,7 +4,7 @@ little else (the ProtoT paper, seeds 000/001; docs/PAPERS.md §A)."""
 from __future__ import annotations
 
 from harness.registry import register_target
-from harness.running.reproduce import Check, RunIndex, Step, Target, interval_difference
+from harness.reproduction import Check, RunIndex, Step, Target, interval_difference
 
 
 @register_target("protot-intervention")

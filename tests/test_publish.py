@@ -137,7 +137,26 @@ def store(tmp_path_factory) -> ResultsStore:
             "token_entropy": 1.5, "scores": {"coherence": 0.4}, "attrs": {"half_life": 6.6}, "dead": False}
     _write(store, "protot", "interpretability", [score("coherence", 0.5, True, 0.05)], plots=[cards],
            samples=[unit], headline=("coherence",))
+    _plant_reproductions(store)
     return store
+
+
+def _plant_reproductions(store: ResultsStore) -> None:
+    """Three verdicts as `mixbench reproduce` keeps them (one with model-like hostile text) and one damaged file."""
+    from harness.reproduction import Check, Measured, ReproductionRecord, record_path
+
+    some_run = store.run_ids()[0]
+    yes = Check("attention prefill exponent", 1.7, True, Measured(1.9 + RAW_DECIMALS / 100, 1.85, 1.95, "bootstrap 95%"))
+    no = Check(f"mamba decode ratio {ALERT}", 1.3, False, Measured(1.5, 1.4, 1.6, "bootstrap 95%"), note=TITLE_PAYLOAD)
+    maybe = Check("protot prefill exponent", 1.2, False, Measured(1.15, 1.0, 1.3, "bootstrap 95%"))
+    shared = dict(wall_s=4321.0, written_at="2026-12-05T10:00:00+00:00", git="0123456789ab", device="cpu",
+                  source="a paper, Figure 2", published="attention is quadratic", checked="exponent > 1.7",
+                  protocol="throughput on attention", departures="CPU")
+    for name, checks, runs in (("physics-yes", (yes,), (some_run,)), ("physics-no", (yes, no), ("gone-run",)),
+                               ("physics-maybe", (yes, maybe), ())):
+        record = ReproductionRecord(name, "cpu", checks, run_ids=runs, **shared)
+        store.write_file(record_path("cpu", name), record.to_json())
+    store.write_file("reproductions/gpu/broken.json", '{"version": 1, "target": 3}')
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +177,7 @@ def test_script_json_cannot_close_its_element():
 def test_site_layout_downloads_legend_and_provenance(site, store):
     assert site.name == "site" and (site / MARKER).is_file()
     for rel in ("index.html", "assets/site.css", "assets/site.js", "pareto.png", "board.csv", "board.json",
-                "leaderboard.md"):
+                "leaderboard.md", "reproductions.html"):
         assert (site / rel).is_file(), rel
     suites = {p.name.rsplit("-", 1)[0] for p in (site / "suites").glob("*.html")}
     assert suites == {"glue", "interpretability", "perplexity", "robustness", "throughput"}
@@ -192,6 +211,48 @@ def test_site_layout_downloads_legend_and_provenance(site, store):
     attention_row = next(p for p in (site / "rows").glob("attention-*.html")).read_text()
     assert "All runs agree on code, packages, device, kernel and gate." in attention_row
     assert html.escape(provenance()["python"]) in attention_row
+
+
+def test_reproductions_page_shows_each_verdict_its_checks_and_plot(site, store):
+    """Verdicts recomputed from the stored checks (not read back), each check's expected and measured interval,
+    a plot per record, links to the runs the site has, and a damaged record named instead of breaking the site."""
+    index = (site / "index.html").read_text()
+    assert 'href="reproductions.html"' in index and "1 inconclusive, 1 not reproduced, 1 reproduced" in index
+    page = (site / "reproductions.html").read_text()
+    for name, verdict in (("physics-yes", "reproduced"), ("physics-no", "not reproduced"),
+                          ("physics-maybe", "inconclusive")):
+        section = re.split(rf'<h2 id="{name}-cpu-[0-9a-f]{{8}}">', page)[1].split("<h2")[0]
+        assert f">{verdict}</span>" in section.split("</h2>")[0], name
+        assert "a paper, Figure 2" in section and "72 min" in section and "0123456789ab" in section
+        assert len(list((site / "reproductions").glob(f"{name}-cpu-*.png"))) == 1
+    assert "1.9086 [1.85, 1.95] (bootstrap 95%)" in page and "&gt; 1.7" in page and "&lt; 1.3" in page
+    assert html.escape(f"mamba decode ratio {ALERT}") in page and ALERT not in page and TITLE_PAYLOAD not in page
+    assert f'href="runs/{store.run_ids()[0]}.html"' in page and "1 not in this store" in page
+    assert "reproductions/gpu/broken.json is not a reproduction record" in page
+
+
+def test_a_reproduction_record_survives_the_store_and_refuses_damage():
+    from harness.reproduction import Check, Measured, ReproductionRecord
+
+    check = Check("x", 0.0, True, Measured(float("nan"), None, None), note="n", counts=False, precondition=True)
+    record = ReproductionRecord("t", "gpu", (check, Check("y", 1.0, False, Measured(0.5, 0.4, 0.6, "w"))), 1.5,
+                                "2026-12-05T00:00:00+00:00", None, "cuda", "s", "p", "c", "pr", "d", ("r1",))
+    back = ReproductionRecord.from_json(record.to_json().encode(), "f")
+    assert back.checks[1] == record.checks[1] and back.checks[0].measured.low is None
+    assert back.verdict == record.verdict == "inconclusive" and back.run_ids == ("r1",)
+    good = json.loads(record.to_json())
+    for damage in ({"verdict": "reproduced", "checks": "all fine"}, {"wall_s": float("inf")}, {"scale": "huge"},
+                   {"run_ids": [1]}, {"version": 2}, {"git": 5}):
+        bad = json.dumps({**good, **damage}).encode()
+        with pytest.raises(MixbenchError, match="f is not a reproduction record"):
+            ReproductionRecord.from_json(bad, "f")
+    tampered = json.loads(record.to_json())
+    tampered["verdict"] = "reproduced"  # a stored verdict is never trusted: it is recomputed from the checks
+    assert ReproductionRecord.from_json(json.dumps(tampered).encode(), "f").verdict == "inconclusive"
+    with pytest.raises(MixbenchError, match="not JSON"):
+        ReproductionRecord.from_json(b"\xff{", "f")
+    with pytest.raises(MixbenchError, match="more than"):
+        ReproductionRecord.from_json(b" " * (2 << 20), "f")
 
 
 def test_a_store_of_mixer_scoped_runs_only_publishes(tmp_path):
@@ -465,6 +526,7 @@ def test_pages_fit_the_window_and_every_column_is_reachable(site, tmp_path):
         "suite": next((copy / "suites").glob("glue-*.html")),
         "suite with a section": next((copy / "suites").glob("robustness-*.html")),
         "model": next((copy / "rows").glob("protot-*.html")),
+        "reproductions": copy / "reproductions.html",
     }
     last_column = json.loads((site / "board.json").read_text())["columns"][-1]["name"]
     wide_board = False

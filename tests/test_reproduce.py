@@ -3,6 +3,7 @@ registers, and every built-in target's whole pipeline at scale tiny (docs/reprod
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness.registry import TARGETS
-from harness.running.reproduce import (
+from harness.reproduction import (
     INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Check, Measured, RunIndex, overall, verdict,
 )
 from harness.store.results import ResultsStore
@@ -67,7 +68,7 @@ def test_a_precondition_that_fails_makes_the_target_inconclusive_not_false():
 
 
 def test_the_difference_of_two_independent_intervals():
-    from harness.running.reproduce import interval_difference
+    from harness.reproduction import interval_difference
 
     d = interval_difference(Measured(0.9, 0.8, 1.0), Measured(0.5, 0.47, 0.53))  # half-widths 0.1 and 0.03
     half = math.hypot(0.1, 0.03)
@@ -117,7 +118,7 @@ def test_a_user_target_registers_like_a_suite_and_its_verdict_sets_the_exit_code
     there, and a second call finds them instead of recomputing."""
     (tmp_path / "my_target.py").write_text(textwrap.dedent('''
         from harness.registry import register_target
-        from harness.running.reproduce import Check, Step, Target
+        from harness.reproduction import Check, Step, Target
 
         @register_target("my-claim")
         class MyClaim(Target):
@@ -142,6 +143,8 @@ def test_a_user_target_registers_like_a_suite_and_its_verdict_sets_the_exit_code
     assert "my-claim" in first.stdout and "NOT REPRODUCED" in first.stdout, first.stdout
     assert "attention accuracy" in first.stdout and "expected > 2" in first.stdout
     runs = sorted(p.name for p in (store / "runs").iterdir())
+    kept = json.loads((store / "reproductions" / "tiny" / "my-claim.json").read_text())  # for the site's page
+    assert kept["verdict"] == NOT_REPRODUCED and kept["checks"][0]["expected"] == "> 2" and kept["run_ids"] == runs
     second = _cli("reproduce", "my-claim", "--scale", "tiny", "--plugin", "my_target", "--results", str(store),
                   "--no-progress", cwd=tmp_path)
     assert second.returncode == 1 and sorted(p.name for p in (store / "runs").iterdir()) == runs
@@ -161,6 +164,13 @@ def test_every_built_in_target_runs_its_pipeline_at_scale_tiny(tmp_path):
     summary = out.stdout.splitlines()[-len(TARGETS.names()):]  # one line per target: name, verdict
     assert [line.split()[0] for line in summary] == TARGETS.names()
     assert all(line.split(None, 1)[1].strip() in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE) for line in summary)
+    site = _cli("publish", "--results", str(tmp_path / "store"), "--out", str(tmp_path / "site"))
+    assert site.returncode == 0, site.stderr[-3000:]
+    page = (tmp_path / "site" / "reproductions.html").read_text()
+    verdicts = dict(line.split(None, 1) for line in summary)
+    for name in TARGETS.names():  # every target's verdict, as the command printed it, and its plot
+        assert f"{name} <small>(scale tiny)</small>: <span class=" in page and verdicts[name].strip() in page, name
+    assert len(list((tmp_path / "site" / "reproductions").glob("*.png"))) == len(TARGETS.names())
 
 
 def test_the_nightly_reproduce_plan_names_every_built_in_target(tmp_path):

@@ -11,6 +11,9 @@ Layout of the site folder::
                                   provenance of every run behind it, fields that differ between the runs marked
     runs/<run_id>.html, .json     one run: metrics, plots and the manifest as stored
     plots/<run_id>/<file>         the plots stored with the runs
+    reproductions.html            the verdicts of ``mixbench reproduce`` kept in the store: per target the claim,
+                                  expected against measured, the verdict (harness/reporting/site_reproductions.py)
+    reproductions/<target>.png    each verdict's checks: interval against threshold
     board.{csv,json}, leaderboard.md   downloads (the full board; the compact terminal view)
     assets/site.css, site.js      the only style and script; nothing is fetched from the network
 
@@ -76,6 +79,10 @@ from harness.reporting.site_html import (
     short_metric, slug, table_html, timings_text,
 )
 from harness.reporting.site_provenance import LocalPaths, provenance_differences, provenance_summary
+from harness.reporting.site_reproductions import PAGE as REPRODUCTIONS_PAGE
+from harness.reporting.site_reproductions import PLOTS_DIR as REPRODUCTION_PLOTS
+from harness.reporting.site_reproductions import draw_checks, record_anchor, reproductions_body
+from harness.reproduction import load_records
 from harness.reporting.table import Column, Row, table_from_runs
 
 MARKER = ".mixbench-site"
@@ -131,6 +138,7 @@ class _Site:
         self.suite_files = {s: f"{slug(s)}.html" for s in self.suites}
         self.row_files = {row.key: f"{slug(f'{row.label}-{row.preset}-{row.key}')}.html" for row in self.table.rows}
         self.plots: dict[str, list[tuple[str, str, str]]] = {}  # run id -> [(site path, kind, stored rel)]
+        self.reproductions, self.reproduction_problems = load_records(store)
 
     def write(self) -> None:
         for folder in ("assets", "suites", "rows", "runs", "plots"):
@@ -147,6 +155,8 @@ class _Site:
             self._row_page(row)
         for run in self.runs:
             self._run_page(run)
+        if self.reproductions or self.reproduction_problems:
+            self._reproductions_page()
         (self.root / MARKER).write_text(f"mixbench site generated {self.generated} from {self.paths.store_name}\n")
 
     def _write(self, rel: str, title: str, body: str) -> None:
@@ -313,6 +323,13 @@ class _Site:
             f'<li><a href="{href("suites", f)}">{esc(s)}</a> ({sum(r.manifest.suite == s for r in self.runs)} runs)</li>'
             for s, f in self.suite_files.items()
         ) + "</ul>")
+        if self.reproductions or self.reproduction_problems:
+            verdicts = defaultdict(int)
+            for record in self.reproductions:
+                verdicts[record.verdict] += 1
+            counts = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) or "no record could be read"
+            parts.append(f'<h2>Reproductions</h2><p><a href="{REPRODUCTIONS_PAGE}">Published results checked against '
+                         f"this harness</a> ({esc(counts)}).</p>")
         parts.append(
             "<h2>Downloads</h2><ul>"
             '<li><a href="board.csv" download>board.csv</a> · <a href="board.json" download>board.json</a> '
@@ -374,6 +391,17 @@ class _Site:
             ax.legend(fontsize=8)
         save(fig, self.root / "pareto.png")
         return True
+
+    # ------------------------------------------------------------------ reproductions
+    def _reproductions_page(self) -> None:
+        plots = {}
+        for record in self.reproductions:
+            rel = f"{REPRODUCTION_PLOTS}/{record_anchor(record)}.png"
+            if draw_checks(record, self.root / rel):
+                plots[record_anchor(record)] = rel
+        body = reproductions_body(self.reproductions, self.reproduction_problems, {r.run_id for r in self.runs},
+                                  plots)
+        self._write(REPRODUCTIONS_PAGE, "mixbench reproductions", body)
 
     # ------------------------------------------------------------------ suite pages
     def _suite_page(self, suite: str) -> None:
@@ -562,7 +590,8 @@ def _newest_first(runs: list[RunRecord]) -> list[RunRecord]:
 #: the top-level entries a site folder holds (the layout in this module's docstring): anything else in ``--out`` is
 #: the user's, and publishing, which replaces the folder as a whole, would delete it
 SITE_ENTRIES = frozenset({MARKER, "index.html", "board.json", "board.csv", "leaderboard.md", "pareto.png", "assets",
-                          "suites", "rows", "runs", "plots"})
+                          "suites", "rows", "runs", "plots",
+                          REPRODUCTIONS_PAGE, REPRODUCTION_PLOTS})
 
 
 def publish_site(store: ResultsStore, out: Path, force: bool = False, config: BoardConfig | None = None) -> Path:

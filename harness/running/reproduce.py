@@ -1,211 +1,29 @@
-"""Known answers: a target states a published claim, runs its protocol through the ordinary suites, and checks the
-claim on the measured numbers with their intervals (docs/reproductions.md).
+"""``mixbench reproduce``: run a target's steps through the ordinary suites, check its claim on the stored runs,
+and keep the verdict in the results store (docs/reproductions.md; the targets' API is :mod:`harness.reproduction`).
 
-A :class:`Target` is registered like a suite (``@register_target``; built-ins in the ``reproductions`` package,
-others by ``--plugin`` or the ``mixbench.targets`` entry point). It declares its source, the published claim in one
-sentence, the claim as mixbench checks it, where its CPU protocol departs from the source's, and what it cost on
-the reference machine; :meth:`Target.steps` says which mixers to score with which suite config at a scale
-(``tiny`` for the tests, ``cpu`` for this machine, ``gpu`` for the source's own scale), and :meth:`Target.checks`
-turns the stored runs into :class:`Check`s. Runs go through :func:`harness.running.runner.run_requests` (model
-suites) and :func:`harness.running.evaluate.evaluate` (mixer suites), so they land in the store like any other and
-nothing is computed twice.
-
-Verdicts (:func:`verdict`): a check is *reproduced* when its whole interval lies on the claimed side of the
-threshold, *not reproduced* when its whole interval lies on the other side, and *inconclusive* when the interval
-straddles it or there is no interval (a number without an interval proves nothing either way). A target is
-reproduced when every check is, not reproduced when any check is not, and inconclusive otherwise; a precondition
-check (what the protocol must give for the claim to be testable at all, such as units that specialise) that is not
-reproduced makes the target inconclusive.
+Runs go through :func:`harness.running.runner.run_requests` (model suites) and
+:func:`harness.running.evaluate.evaluate` (mixer suites), so they land in the store like any other and nothing is
+computed twice. The verdict, with every check's measured interval, the run ids behind it, the commit and the wall
+time, is written to ``reproductions/<scale>/<target>.json`` beside the runs (:func:`save_record`), where
+``mixbench publish`` finds it for the site's Reproductions page.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
-import numpy as np
-
-from harness import stats
 from harness.errors import MixbenchError
+from harness.reproduction import (
+    REPRODUCED, SCALES, Check, ReproductionRecord, RunIndex, Step, Target, overall, record_path,
+)
 
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
-SCALES = ("tiny", "cpu", "gpu")
-
-
-@dataclass(frozen=True)
-class Step:
-    """Score ``mixers`` with ``suite`` (its config ``suite_config``): a model suite trains each mixer at ``preset``
-    (with ``train`` and ``data`` overrides, and ``controls`` beside them); a mixer suite trains its own models."""
-
-    suite: str
-    mixers: tuple[str, ...]
-    suite_config: Mapping[str, Any] = field(default_factory=dict)
-    preset: str = "tiny"
-    train: Mapping[str, Any] = field(default_factory=dict)
-    data: Mapping[str, Any] = field(default_factory=dict)  # data overrides (a larger vocabulary, another corpus)
-    controls: tuple[str, ...] = ()
-    mixer_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A measured number with its interval (``low``/``high`` None: no interval) and what kind the interval is."""
-
-    value: float
-    low: float | None = None
-    high: float | None = None
-    kind: str = ""
-
-    @classmethod
-    def of(cls, value: float, interval: stats.Interval | None) -> "Measured":
-        if interval is None:
-            return cls(float(value))
-        level = f" {interval.level:.0%}" if interval.level else ""
-        return cls(float(value), float(interval.low), float(interval.high), f"{interval.kind}{level}")
-
-    def render(self) -> str:
-        if self.low is None or self.high is None:
-            return f"{self.value:.5g} (no interval)"
-        return f"{self.value:.5g} [{self.low:.5g}, {self.high:.5g}] ({self.kind})"
-
-
-def interval_difference(a: Measured, b: Measured) -> Measured:
-    """``a - b`` of two independent measurements, its interval from the two intervals' half-widths in quadrature (a
-    normal approximation, for numbers that share no items: two MQAR settings, a unit set and random contexts)."""
-    if a.low is None or a.high is None or b.low is None or b.high is None:
-        return Measured(a.value - b.value)
-    half = (((a.high - a.low) / 2) ** 2 + ((b.high - b.low) / 2) ** 2) ** 0.5
-    diff = a.value - b.value
-    return Measured(diff, diff - half, diff + half, "normal from two intervals")
-
-
-def verdict(measured: Measured | None, threshold: float, above: bool) -> str:
-    """The verdict on "measured > threshold" (``above``) or "measured < threshold" (see the module docstring)."""
-    if measured is None or measured.low is None or measured.high is None or math.isnan(measured.value):
-        return INCONCLUSIVE
-    if any(math.isnan(x) for x in (measured.low, measured.high)):
-        return INCONCLUSIVE
-    low, high = (measured.low, measured.high) if above else (-measured.high, -measured.low)
-    threshold = threshold if above else -threshold
-    if low > threshold:
-        return REPRODUCED
-    if high < threshold:
-        return NOT_REPRODUCED
-    return INCONCLUSIVE
-
-
-@dataclass(frozen=True)
-class Check:
-    """One checked inequality: ``what`` (e.g. "attention, MQAR (64, 4) accuracy") above or below ``threshold``."""
-
-    what: str
-    threshold: float
-    above: bool
-    measured: Measured | None
-    note: str = ""
-    counts: bool = True  # False: reported beside the claim (a mixer the source did not test), not part of it
-    #: a condition the claim needs of the protocol (the units specialise at this budget): unless it is reproduced,
-    #: the target is inconclusive whatever its other checks say, since they would test nothing
-    precondition: bool = False
-
-    @property
-    def expected(self) -> str:
-        return f"{'>' if self.above else '<'} {self.threshold:g}"
-
-    @property
-    def verdict(self) -> str:
-        return verdict(self.measured, self.threshold, self.above)
-
-
-def overall(checks: Sequence[Check]) -> str:
-    """A precondition not reproduced: inconclusive. Then every check reproduced: reproduced; any not reproduced:
-    not reproduced; else inconclusive (no checks too)."""
-    if any(c.precondition and c.verdict != REPRODUCED for c in checks):
-        return INCONCLUSIVE
-    verdicts = [c.verdict for c in checks if c.counts]
-    if verdicts and all(v == REPRODUCED for v in verdicts):
-        return REPRODUCED
-    if NOT_REPRODUCED in verdicts:
-        return NOT_REPRODUCED
-    return INCONCLUSIVE
-
-
-class Target:
-    """A published claim and the protocol that checks it (see the module docstring)."""
-
-    name: ClassVar[str]
-    source: ClassVar[str] = ""  # paper and figure/table, or repository and file
-    published: ClassVar[str] = ""  # the published claim, one sentence
-    checked: ClassVar[str] = ""  # the claim as mixbench checks it: inequalities with their thresholds
-    departures: ClassVar[str] = ""  # where the CPU protocol departs from the source's
-    cost: ClassVar[str] = ""  # measured wall time at scale cpu on the reference machine (docs/reproductions.md)
-
-    def __init__(self, cfg: Any = None):
-        self.cfg = cfg
-
-    def steps(self, scale: str) -> list[Step]:
-        raise NotImplementedError
-
-    def checks(self, runs: "RunIndex", scale: str) -> list[Check]:
-        raise NotImplementedError
-
-    def protocol(self, scale: str) -> str:
-        """The steps at ``scale`` in one line each (``mixbench reproduce --list``)."""
-        out = []
-        for s in self.steps(scale):
-            cfg = ", ".join(f"{k}={v}" for k, v in s.suite_config.items()) or "defaults"
-            train = ", ".join(f"{k}={v}" for k, v in {**s.train, **s.data}.items())
-            where = f"preset {s.preset}" + (f" ({train})" if train else "")
-            controls = f" + controls {', '.join(s.controls)}" if s.controls else ""
-            out.append(f"{s.suite} [{cfg}] on {', '.join(s.mixers)}{controls}, {where}")
-        return "; ".join(out)
-
-
-class RunIndex:
-    """The stored runs of one target's steps, by suite and mixer (the first seed found, or every seed)."""
-
-    def __init__(self, store: Any, run_ids: Sequence[str]):
-        self._runs: dict[tuple[str, str], list[Any]] = {}
-        for rid in sorted(set(run_ids)):
-            if not store.has_run(rid):
-                continue
-            record = store.read_run(rid, samples=False)
-            key = (record.manifest.suite, record.manifest.subject.mixer)
-            self._runs.setdefault(key, []).append(record)
-
-    def records(self, suite: str, mixer: str) -> list[Any]:
-        return self._runs.get((suite, mixer), [])
-
-    def metric(self, suite: str, mixer: str, name: str) -> Any | None:
-        """The metric ``name`` of ``mixer``'s run of ``suite`` (its first seed), or None when there is none."""
-        for record in self.records(suite, mixer):
-            for m in record.metrics:
-                if m.name == name:
-                    return m
-        return None
-
-    def measured(self, suite: str, mixer: str, name: str) -> Measured | None:
-        m = self.metric(suite, mixer, name)
-        return None if m is None else Measured.of(m.value, m.interval)
-
-    def paired_difference(self, suite: str, mixer_a: str, mixer_b: str, name: str) -> Measured | None:
-        """``a - b`` of metric ``name`` on the items both runs share (paired bootstrap), or None without items."""
-        a, b = self.metric(suite, mixer_a, name), self.metric(suite, mixer_b, name)
-        if a is None or b is None or not a.items or not b.items:
-            return None
-        ia = dict(zip(a.items.ids, zip(a.items.values, a.items.weights or [1.0] * len(a.items.ids))))
-        ib = dict(zip(b.items.ids, zip(b.items.values, b.items.weights or [1.0] * len(b.items.ids))))
-        shared = sorted(set(ia) & set(ib))
-        if len(shared) < 2:
-            return None
-        va, wa = np.array([ia[i][0] for i in shared]), np.array([ia[i][1] for i in shared])
-        vb, wb = np.array([ib[i][0] for i in shared]), np.array([ib[i][1] for i in shared])
-        r = stats.paired_difference(va, vb, wa, wb, n_resamples=2000, seed=0)
-        return Measured.of(r.difference, r.interval)
+__all__ = ["REPRODUCED", "ReproducePlan", "TargetResult", "load_reproduce_plan", "planned_steps", "render_listing",
+           "render_result", "run_target", "save_record"]
 
 
 #: the keys of a reproduce plan (plans/reproduce.yaml)
@@ -255,6 +73,8 @@ class TargetResult:
     scale: str
     checks: list[Check]
     wall_s: float
+    run_ids: tuple[str, ...] = ()
+    device: str = "cpu"
 
     @property
     def verdict(self) -> str:
@@ -306,7 +126,23 @@ def run_target(target: Target, scale: str, store: Any, device: str = "cpu", prog
         report = run_requests([req], store)
         run_ids.extend(report.run_ids)
     checks = target.checks(RunIndex(store, run_ids), scale)
-    return TargetResult(target.name, scale, checks, time.perf_counter() - t0)
+    return TargetResult(target.name, scale, checks, time.perf_counter() - t0, tuple(dict.fromkeys(run_ids)), device)
+
+
+def save_record(store: Any, target: Target, result: TargetResult) -> str:
+    """Keep ``result`` in ``store`` as the target's latest verdict at its scale (replacing the one before: the
+    runs themselves stay, and a nightly's history keeps earlier verdicts); returns where it landed."""
+    from harness.store.provenance import code_location, git_revision
+
+    revision = git_revision(code_location())
+    commit = None if not revision or not revision["commit"] else \
+        revision["commit"][:12] + (" (with uncommitted changes)" if revision["dirty"] else "")
+    record = ReproductionRecord(
+        result.name, result.scale, tuple(result.checks), round(result.wall_s, 1),
+        datetime.now(UTC).isoformat(timespec="seconds"), commit, result.device,
+        target.source, target.published, target.checked, target.protocol(result.scale), target.departures,
+        result.run_ids)
+    return store.write_file(record_path(result.scale, result.name), record.to_json())
 
 
 def render_result(result: TargetResult) -> str:

@@ -13,10 +13,13 @@ per-round ratio of the floor's time to the mixer's at the model's context (media
 rounds), is the mixer's speed on one scale across runs and machines (the board's speed columns and its Pareto
 axis), and ``<mode>_mixing_ms``, the per-round difference, is what the mixer's token mixing costs.
 
-At every point the two models are timed in alternating rounds (``suites/throughput/measure.py``, through
-:func:`harness.timing.interleaved`), so their time ratio is taken per round and reported as its median with a
-bootstrap interval over rounds; the crossovers come from those paired ratios, never from two tables measured at
-different times. Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
+Every length of a mode is timed in the same alternating rounds for all models (``suites/throughput/measure.py``,
+through :func:`harness.timing.interleaved`): a model's time ratio to another is taken per round and reported as
+its median with a bootstrap interval over rounds, the crossovers come from those paired ratios, never from two
+tables measured at different times, and a statistic of several lengths (an exponent) is bootstrapped with one
+resample of rounds for all lengths, so load that drifts during the sweep cancels instead of bending the curve
+(with lengths timed one after another, attention's prefill exponent between 2k and 8k read 1.61, 1.73 and 1.98
+in three runs of the same models, each interval narrower than the spread; docs/reproductions.md). Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
 half of the grid) for prefill and training; the crossover length from which it is faster than the reference, per
 mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
 longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns
@@ -67,7 +70,11 @@ class ThroughputConfig:
     decode_tokens: int = option(8, min=1)  # decode steps per timed call
     reference: str = "attention"  # "" = no reference (no crossovers)
     floor: str = "auto"  # the speed floor: "auto" = the registered context-free control, "" = none, or a mixer name
-    max_point_seconds: float = option(30.0, gt=0)  # a warm-up slower than this skips the longer contexts of that mode
+    max_point_seconds: float = option(30.0, gt=0)  # a first call slower than this skips the longer contexts of that mode
+    #: time every length of a mode in the same rounds, so load that drifts during a sweep hits every length alike
+    #: and the exponent's interval is paired over rounds; False: one length after another (only one length's
+    #: inputs alive at a time, for contexts whose buffers do not fit together)
+    interleave_lengths: bool = True
     memory_cap_mb: int = option(0, min=0)  # CPU only: cap the address space per point (forces OOM in tests); 0 = none
 
     def __post_init__(self) -> None:
@@ -115,8 +122,9 @@ class Throughput(Suite):
     device_dependent: ClassVar[bool] = True
     #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios;
     #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it;
-    #: 4: speed relative to the floor (``<mode>_vs_floor``) is the headline, peak memory is the exact tensor peak
-    version: ClassVar[int] = 4
+    #: 4: speed relative to the floor (``<mode>_vs_floor``) is the headline, peak memory is the exact tensor peak;
+    #: 5: every length of a mode in the same rounds, exponents and crossovers bootstrapped paired over rounds
+    version: ClassVar[int] = 5
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         cfg = self.cfg
@@ -179,31 +187,23 @@ class Throughput(Suite):
         models = ({"measured": model} | ({"reference": reference} if reference is not None else {})
                   | ({"floor": floor} if floor is not None else {}))
         points: dict[str, list[Point]] = {name: [] for name in models}
-        total = len(cfg.modes) * len(lengths) * len(cfg.batch_sizes)
+        groups = [tuple(lengths)] if cfg.interleave_lengths else [(t,) for t in lengths]
+        total = len(cfg.modes) * len(groups) * len(cfg.batch_sizes)
         done = 0
         for mode in cfg.modes:
             for batch in cfg.batch_sizes:
-                blocked = dict.fromkeys(models, "")
-                for length in lengths:
+                blocked: dict[str, str] = {}
+                for group in groups:
                     done += 1
-                    for name in models:
-                        if blocked[name]:
-                            points[name].append(Point(mode, length, batch, blocked[name].split(":")[0],
-                                                      detail=blocked[name]))
-                    active = {name: m for name, m in models.items() if not blocked[name]}
-                    if not active:
-                        continue
-                    measured = measure_points(active, mode, length, batch, device, plan, cfg.decode_tokens, cap)
-                    for name, point in measured.items():
-                        points[name].append(point)
-                        if point.status == "oom":
-                            blocked[name] = "oom: not attempted, a shorter context already ran out of memory"
-                        elif point.seconds * (cfg.decode_tokens if mode == "decode" else 1) > cfg.max_point_seconds:
-                            blocked[name] = (f"skipped: T={length} already took more than {cfg.max_point_seconds} s "
-                                             f"per call")
+                    measured, blocked = measure_points(models, mode, group, batch, device, plan, cfg.decode_tokens,
+                                                       cap, max_call_seconds=cfg.max_point_seconds, blocked=blocked)
+                    for name, by_length in measured.items():
+                        points[name] += [by_length[t] for t in group]
                     if ctx.progress:
-                        print(f"[throughput {model.spec.mixer}] {done}/{total} {mode} T={length} B={batch}: "
-                              f"{_progress(measured)}", flush=True)
+                        for t in group:
+                            print(f"[throughput {model.spec.mixer}] {done}/{total} {mode} T={t} B={batch}: "
+                                  f"{_progress({name: by_length[t] for name, by_length in measured.items()})}",
+                                  flush=True)
         return points["measured"], points.get("reference", []), points.get("floor", [])
 
     def _reference_model(self, model, device, mixer: str):
@@ -242,16 +242,18 @@ class Throughput(Suite):
         rounds = {mode: {t: p.rounds for t, p in table.items() if p.status == "ok"} for mode, table in tables.items()}
         for mode in ("prefill", "train"):
             if mode in seconds and (e := analysis.scaling_exponent(seconds[mode])) is not None:
-                iv = analysis.bootstrap_statistic(rounds[mode], analysis.scaling_exponent)
+                iv = analysis.bootstrap_statistic(rounds[mode], analysis.scaling_exponent,
+                                                  paired=self.cfg.interleave_lengths)
                 out.append(Metric(f"{mode}_exponent", e, False, role="speed", interval=iv, n=len(rounds[mode]),
                                   unit="d log time / d log T"))
         if "decode" in seconds and (r := analysis.ratio_longest_shortest(seconds["decode"])) is not None:
-            iv = analysis.bootstrap_statistic(rounds["decode"], analysis.ratio_longest_shortest)
+            iv = analysis.bootstrap_statistic(rounds["decode"], analysis.ratio_longest_shortest,
+                                              paired=self.cfg.interleave_lengths)
             out.append(Metric("decode_ratio", r, False, role="speed", interval=iv, n=len(rounds["decode"]),
                               unit="latency longest / shortest context"))
         if reference is not None:
             for mode, table in tables.items():
-                out += _paired_metrics(mode, table, reference.get(mode, {}), context)
+                out += _paired_metrics(mode, table, reference.get(mode, {}), context, self.cfg.interleave_lengths)
         train = tables.get("train", {}).get(context)
         if train is not None and train.peak_bytes is not None:
             out.append(Metric("train_peak_mb", train.peak_bytes / 2**20, False, unit="MiB"))
@@ -310,8 +312,10 @@ def _median_metric(name: str, values: list[float], higher_is_better: bool, unit:
                   n=len(values), unit=unit)
 
 
-def _paired_metrics(mode: str, table: dict[int, Point], reference: dict[int, Point], context: int) -> list[Metric]:
-    """The paired time ratio against the reference at the model's context, and the crossover from those ratios."""
+def _paired_metrics(mode: str, table: dict[int, Point], reference: dict[int, Point], context: int,
+                    paired: bool) -> list[Metric]:
+    """The paired time ratio against the reference at the model's context, and the crossover from those ratios
+    (``paired``: the lengths were timed in the same rounds, so the crossover's bootstrap resamples rounds jointly)."""
     ratios: dict[int, float | None] = {}
     per_round: dict[int, list[float]] = {}
     for t, p in table.items():
@@ -333,7 +337,7 @@ def _paired_metrics(mode: str, table: dict[int, Point], reference: dict[int, Poi
     fixed = {t: v for t, v in ratios.items() if t not in per_round}
     iv = None
     if cross is not None:
-        iv = analysis.bootstrap_statistic(per_round, analysis.crossover_from_ratios, fixed)
+        iv = analysis.bootstrap_statistic(per_round, analysis.crossover_from_ratios, fixed, paired=paired)
     out.append(Metric(f"crossover_{mode}", math.nan if cross is None else cross, False, role="speed", interval=iv,
                       n=len(per_round), unit="tokens"))
     return out

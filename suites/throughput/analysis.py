@@ -94,14 +94,22 @@ def bootstrap_statistic(
     statistic: Callable[[dict[int, float | None]], float | None],
     fixed: Mapping[int, float | None] | None = None,
     level: float = 0.95,
+    paired: bool = False,
 ) -> Interval | None:
     """Percentile interval of a statistic of several grid points (a crossover, an exponent), each point's median
-    recomputed from its rounds resampled with replacement, points independently (they were timed separately);
+    recomputed from its rounds resampled with replacement. ``paired``: the points were timed in the same rounds
+    (``interleave_lengths``), so one resample of round indices serves every point and load shared by a round
+    cancels in the statistic; otherwise points are resampled independently (they were timed at different times).
     ``fixed`` points (no rounds: out of memory, not measured) enter every replicate as they are. None when some
     replicate has no value (no crossover in grid): the statistic is then undefined on part of its distribution."""
     from harness.timing import median_replicates
 
-    replicates = {t: median_replicates(v, seed=t) for t, v in rounds.items() if len(v) >= 1}
+    usable = {t: v for t, v in rounds.items() if len(v) >= 1}
+    if paired and usable:
+        common = min(len(v) for v in usable.values())  # a point's rounds may stop early on its time budget
+        replicates = {t: median_replicates(v[:common], seed=0) for t, v in usable.items()}
+    else:
+        replicates = {t: median_replicates(v, seed=t) for t, v in usable.items()}
     if not replicates:
         return None
     n = min(len(r) for r in replicates.values())

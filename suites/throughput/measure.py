@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import resource
 import statistics
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,59 +192,97 @@ class _Run:
     name: str
     model: object
     work: Workload
+    length: int
     inputs: object = None
     point: Point | None = None
 
 
-def measure_points(models: dict[str, object], mode: str, length: int, batch: int, device: torch.device,
-                   plan: TimingPlan, decode_tokens: int, memory_cap: int | None) -> dict[str, Point]:
-    """Time one point of every model in ``models`` (name -> model) in interleaved rounds; the first name's point
-    gets ``ratio``, its time over the second's per round (the others' rounds line up with it, round by round, for
-    paired differences). A model that runs out of memory gets an ``oom`` point and the others are timed without
-    it."""
-    runs = [_Run(name, model, workload(model, mode, length, batch, device, decode_tokens))
-            for name, model in models.items()]
+def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int], batch: int, device: torch.device,
+                   plan: TimingPlan, decode_tokens: int, memory_cap: int | None, max_call_seconds: float = math.inf,
+                   blocked: Mapping[str, str] | None = None) -> tuple[dict[str, dict[int, Point]], dict[str, str]]:
+    """Time every model in ``models`` (name -> model) at every length of ``lengths`` in the same interleaved rounds.
+
+    Each (model, length) makes its first call alone, shortest length first: a model that runs out of memory, or
+    whose first call takes longer than ``max_call_seconds``, is not tried at its longer lengths (nor, through the
+    returned ``blocked`` reasons, at the next call's). Then every remaining (model, length) is timed round by
+    round, so load that drifts during the sweep hits every length alike and a statistic of several lengths (a
+    scaling exponent) can be bootstrapped over rounds, paired. The first name's points get ``ratio``: their time
+    over the second name's at the same length, per round. Returns name -> length -> point, and the block reasons.
+    """
+    blocked = dict(blocked or {})
+    points: dict[str, dict[int, Point]] = {name: {} for name in models}
+    runs: list[_Run] = []
     modes = {name: model.training for name, model in models.items()}
     try:
         for model in models.values():
             model.train(mode == "train")
         with MemoryCap(memory_cap if device.type == "cpu" else None):
-            for run in runs:  # alone: peak memory and out-of-memory belong to one model
-                run.point = _first_call(run, mode, length, batch, device, memory_cap)
-            ok = [run for run in runs if run.point.status == "ok"]
-            if ok:
-                try:
-                    timings = interleaved(
-                        [Candidate(run.name, _call_with(run), device=str(device)) for run in ok], plan.repeats,
-                        min_warmup=max(plan.min_warmup - 1, 1), max_warmup=max(plan.max_warmup - 1, 1),
-                        budget_s=plan.budget_s, warmup_budget_s=plan.budget_s,
-                    )
-                except Exception as exc:  # memory ran out only once both models' buffers were alive
-                    if not is_oom(exc):
-                        raise
-                    for run in ok:
-                        run.point = Point(mode, length, batch, "oom", detail="ran out of memory in the timed rounds")
-                    return {run.name: run.point for run in runs}
-                for run in ok:
-                    per = [t / run.work.per_call for t in timings.seconds[run.name]]
-                    p = run.point
-                    p.seconds, p.seconds_min, p.seconds_max = statistics.median(per), min(per), max(per)
-                    p.rounds, p.warmup_rounds, p.settled = per, timings.warmup_rounds + 1, timings.settled
-                    p.detail = "; ".join(timings.notes)
-                if len(ok) == len(runs) >= 2:
-                    runs[0].point.ratio = timings.ratio(runs[0].name, runs[1].name)
+            for length in sorted(lengths):
+                for name, model in models.items():
+                    if blocked.get(name):
+                        points[name][length] = Point(mode, length, batch, blocked[name].split(":")[0],
+                                                     detail=blocked[name])
+                        continue
+                    run = _Run(name, model, workload(model, mode, length, batch, device, decode_tokens), length)
+                    t0 = time.perf_counter()
+                    run.point = _first_call(run, mode, length, batch, device, memory_cap)
+                    points[name][length] = run.point
+                    if run.point.status == "oom":
+                        blocked[name] = "oom: not attempted, a shorter context already ran out of memory"
+                        continue
+                    runs.append(run)
+                    if time.perf_counter() - t0 > max_call_seconds:
+                        blocked[name] = (f"skipped: T={length} already took more than {max_call_seconds:g} s per "
+                                         "call")
+        if runs:  # outside the cap, which only probes each first call: timing a short point under the cap after
+            # a longer one had failed under it left oneDNN unable to create a convolution later in the process
+            _time_rounds(runs, device, length_count=len(lengths), plan=plan)
         if mode == "decode" and device.type == "cuda":
             for run in runs:
                 if run.point.status == "ok":
                     run.point.graph_seconds, graph = decode_with_cuda_graph(run.model, run.inputs, plan.repeats)
                     run.point.detail = "; ".join(d for d in (run.point.detail, graph) if d)
-        return {run.name: run.point for run in runs}
+        return points, blocked
     finally:
+        for run in runs:
+            run.inputs = None
         for name, model in models.items():
             model.zero_grad(set_to_none=True)
             model.train(modes[name])
         if device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _time_rounds(runs: list[_Run], device: torch.device, length_count: int, plan: TimingPlan) -> None:
+    """Interleaved rounds of every run (``name@length``); fills their points, and the first model's ratios over the
+    second's. Memory that runs out only once every run's buffers are alive marks them all ``oom``."""
+    key = {id(run): f"{run.name}@{run.length}" for run in runs}
+    budget = None if plan.budget_s is None else plan.budget_s * length_count
+    try:
+        timings = interleaved(
+            [Candidate(key[id(run)], _call_with(run), device=str(device)) for run in runs], plan.repeats,
+            min_warmup=max(plan.min_warmup - 1, 1), max_warmup=max(plan.max_warmup - 1, 1),
+            budget_s=budget, warmup_budget_s=budget,
+        )
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        for run in runs:
+            run.point.status = "oom"
+            run.point.detail = "ran out of memory in the timed rounds, every timed point's inputs alive"
+        return
+    for run in runs:
+        per = [t / run.work.per_call for t in timings.seconds[key[id(run)]]]
+        p = run.point
+        p.seconds, p.seconds_min, p.seconds_max = statistics.median(per), min(per), max(per)
+        p.rounds, p.warmup_rounds, p.settled = per, timings.warmup_rounds + 1, timings.settled
+        p.detail = "; ".join(timings.notes)
+    names = list(dict.fromkeys(run.name for run in runs))
+    if len(names) >= 2:
+        by_key = {key[id(run)]: run for run in runs}
+        for run in runs:
+            if run.name == names[0] and f"{names[1]}@{run.length}" in by_key:
+                run.point.ratio = timings.ratio(key[id(run)], f"{names[1]}@{run.length}")
 
 
 def _call_with(run: _Run) -> Callable[[object], object]:
@@ -269,8 +309,9 @@ def _first_call(run: _Run, mode: str, length: int, batch: int, device: torch.dev
 
 def measure_point(model, mode: str, length: int, batch: int, device: torch.device, plan: TimingPlan,
                   decode_tokens: int, memory_cap: int | None) -> Point:
-    """One model alone at one point (no reference): :func:`measure_points` with one model."""
-    return measure_points({"measured": model}, mode, length, batch, device, plan, decode_tokens, memory_cap)["measured"]
+    """One model alone at one point (no reference): :func:`measure_points` with one model and one length."""
+    points, _ = measure_points({"measured": model}, mode, (length,), batch, device, plan, decode_tokens, memory_cap)
+    return points["measured"][length]
 
 
 def decode_with_cuda_graph(model, inputs, repeats: int) -> tuple[float | None, str]:
