@@ -198,6 +198,7 @@ def test_every_length_is_timed_in_the_same_rounds():
     points, blocked = measure_points(models, "prefill", (64,), 1, torch.device("cpu"), plan, 2, None,
                                      blocked={"b": "oom: not attempted"})
     assert points["b"][64].status == "oom" and points["a"][64].status == "ok" and blocked == {"b": "oom: not attempted"}
+    assert points["a"][64].ratio is None  # no partner at that length: no ratio, and never one over a third model
 
 
 def test_a_slow_first_call_skips_the_longer_lengths():

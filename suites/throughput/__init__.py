@@ -19,7 +19,9 @@ its median with a bootstrap interval over rounds, the crossovers come from those
 tables measured at different times, and a statistic of several lengths (an exponent) is bootstrapped with one
 resample of rounds for all lengths, so load that drifts during the sweep cancels instead of bending the curve
 (with lengths timed one after another, attention's prefill exponent between 2k and 8k read 1.61, 1.73 and 1.98
-in three runs of the same models, each interval narrower than the spread; docs/reproductions.md). Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
+in three runs of the same models, each interval narrower than the spread; docs/reproductions.md).
+
+Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
 half of the grid) for prefill and training; the crossover length from which it is faster than the reference, per
 mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
 longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns

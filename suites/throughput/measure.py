@@ -194,6 +194,7 @@ class _Run:
     work: Workload
     length: int
     inputs: object = None
+    first_call_s: float = 0.0  # seconds of the lone first call (inputs built before the clock)
     point: Point | None = None
 
 
@@ -224,19 +225,18 @@ def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int],
                                                      detail=blocked[name])
                         continue
                     run = _Run(name, model, workload(model, mode, length, batch, device, decode_tokens), length)
-                    t0 = time.perf_counter()
                     run.point = _first_call(run, mode, length, batch, device, memory_cap)
                     points[name][length] = run.point
                     if run.point.status == "oom":
                         blocked[name] = "oom: not attempted, a shorter context already ran out of memory"
                         continue
                     runs.append(run)
-                    if time.perf_counter() - t0 > max_call_seconds:
+                    if run.first_call_s > max_call_seconds:  # the call only: building a decode state is not timed
                         blocked[name] = (f"skipped: T={length} already took more than {max_call_seconds:g} s per "
                                          "call")
         if runs:  # outside the cap, which only probes each first call: timing a short point under the cap after
             # a longer one had failed under it left oneDNN unable to create a convolution later in the process
-            _time_rounds(runs, device, length_count=len(lengths), plan=plan)
+            _time_rounds(runs, list(models)[:2], device, length_count=len(lengths), plan=plan)
         if mode == "decode" and device.type == "cuda":
             for run in runs:
                 if run.point.status == "ok":
@@ -253,9 +253,10 @@ def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int],
             torch.cuda.empty_cache()
 
 
-def _time_rounds(runs: list[_Run], device: torch.device, length_count: int, plan: TimingPlan) -> None:
-    """Interleaved rounds of every run (``name@length``); fills their points, and the first model's ratios over the
-    second's. Memory that runs out only once every run's buffers are alive marks them all ``oom``."""
+def _time_rounds(runs: list[_Run], pair: list[str], device: torch.device, length_count: int,
+                 plan: TimingPlan) -> None:
+    """Interleaved rounds of every run (``name@length``); fills their points, and ``pair[0]``'s ratios over
+    ``pair[1]``'s at each length where both were timed (never another pair's when one of them failed). Memory that runs out only once every run's buffers are alive marks them all ``oom``."""
     key = {id(run): f"{run.name}@{run.length}" for run in runs}
     budget = None if plan.budget_s is None else plan.budget_s * length_count
     try:
@@ -277,12 +278,11 @@ def _time_rounds(runs: list[_Run], device: torch.device, length_count: int, plan
         p.seconds, p.seconds_min, p.seconds_max = statistics.median(per), min(per), max(per)
         p.rounds, p.warmup_rounds, p.settled = per, timings.warmup_rounds + 1, timings.settled
         p.detail = "; ".join(timings.notes)
-    names = list(dict.fromkeys(run.name for run in runs))
-    if len(names) >= 2:
-        by_key = {key[id(run)]: run for run in runs}
+    if len(pair) == 2:
+        timed = set(key.values())
         for run in runs:
-            if run.name == names[0] and f"{names[1]}@{run.length}" in by_key:
-                run.point.ratio = timings.ratio(key[id(run)], f"{names[1]}@{run.length}")
+            if run.name == pair[0] and f"{pair[1]}@{run.length}" in timed:
+                run.point.ratio = timings.ratio(key[id(run)], f"{pair[1]}@{run.length}")
 
 
 def _call_with(run: _Run) -> Callable[[object], object]:
@@ -294,7 +294,9 @@ def _first_call(run: _Run, mode: str, length: int, batch: int, device: torch.dev
     """Build the inputs and make the model's first call, alone: its peak memory, or ``oom``."""
     try:
         run.inputs = run.work.setup()
+        t0 = time.perf_counter()
         peak = peak_bytes(lambda: run.work.call(run.inputs), device, collect=False)  # 27 calls a run: no 65 ms gc
+        run.first_call_s = time.perf_counter() - t0
         return Point(mode, length, batch, "ok", peak_bytes=peak)
     except Exception as exc:
         # under a cap, oneDNN reports a failed allocation as a primitive it "could not create"
