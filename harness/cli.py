@@ -7,6 +7,7 @@ Exit status 1 means a gate failed (``check``); 0 means success.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -127,6 +128,8 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
                    help="also runs under non-canonical suite configs, as their own columns")
     p.add_argument("--all-versions", action="store_true",
                    help="also rows of models trained by older code of the same configuration")
+    p.add_argument("--all-budgets", action="store_true",
+                   help="also rows of models trained at smaller token budgets of a setting (docs/rank_stability.md)")
     p.add_argument("--output", default=None, help="write to this file instead of stdout")
 
     p = sub.add_parser("show", parents=[_common()], help="one run's metrics (with intervals) and provenance")
@@ -452,10 +455,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _run_grid(
     args: argparse.Namespace, mixers: list[str], suites: list[str], seeds: list[int],
     suite_overrides: dict[str, dict] | None = None, keep_going: bool = False, controls: list[str] | None = None,
+    budget_suites: dict[float, list[str]] | None = None,
 ) -> int:
+    """Train and score one grid; ``budget_suites`` (fraction of the token budget -> suites) adds the same grid at
+    smaller budgets, scored only by those suites (the quickstart's, :func:`harness.running.quickstart.quickstart_budgets`)."""
     from harness.store.results import ResultsStore
     from harness.model.specs import parse_assignments
-    from harness.running.runner import GridRequest, JobOptions, run_grid
+    from harness.config import get_preset
+    from harness.running.runner import GridRequest, JobOptions, run_requests
 
     req = GridRequest(
         preset=args.preset,
@@ -473,11 +480,15 @@ def _run_grid(
                            skip_gate=getattr(args, "skip_gate", False)),
         controls=controls,
     )
+    budget = req.train_overrides.get("token_budget") or get_preset(args.preset).train["token_budget"]
+    reqs = [req, *(dataclasses.replace(req, suites=names,
+                                       train_overrides={**req.train_overrides, "token_budget": int(f * int(budget))})
+                   for f, names in (budget_suites or {}).items())]
     store = ResultsStore(args.results)
     from harness.running.plan_commands import executor_from_args
 
     with executor_from_args(args) as executor:
-        timer = run_grid(req, store, executor, keep_going=getattr(args, "keep_going", keep_going))
+        timer = run_requests(reqs, store, executor, keep_going=getattr(args, "keep_going", keep_going))
     print(timer.render())
     return 1 if timer.failures else 0
 
@@ -550,7 +561,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         _check_output_file(Path(args.output), "--output")
     view = "suite" if args.suite else ("full" if args.all else "compact")
     text = leaderboard_text(args.results, args.format, view, args.suite, _csv(args.suites) if args.suites else None,
-                            args.all_configs, args.all_versions)
+                            args.all_configs, args.all_versions, args.all_budgets)
     if args.output:
         Path(args.output).write_text(text)
         print(f"leaderboard written to {args.output}")
@@ -576,11 +587,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.reporting.leaderboard import leaderboard_text
-    from harness.running.quickstart import quickstart_mixers, quickstart_suites
+    from harness.running.quickstart import quickstart_budgets, quickstart_mixers, quickstart_suites
 
     suites = quickstart_suites()
     # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1
-    code = _run_grid(args, quickstart_mixers(), list(suites), [0], suites, keep_going=True)
+    code = _run_grid(args, quickstart_mixers(), list(suites), [0], suites, keep_going=True,
+                     budget_suites=quickstart_budgets())
     print()
     print(leaderboard_text(args.results, "md"))
     return code

@@ -97,6 +97,10 @@ class TrainConfig:
     eval_batches: int = 8
     checkpoint_every: int = 200  # optimizer steps between resumable checkpoints (0 = only at the end)
     seed: int = 0
+    #: the learning curve (docs/scaling.md): held-out loss at this many log-spaced steps (1 ... the last), on
+    #: ``curve_windows`` fixed validation windows, stored with the checkpoint against tokens and FLOPs; 0 = none
+    curve_points: int = 16
+    curve_windows: int = 4
 
     def __post_init__(self) -> None:
         if not isinstance(self.token_budget, int) or self.token_budget <= 0:
@@ -113,6 +117,12 @@ class TrainConfig:
         _positive("grad_clip", self.grad_clip)
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ConfigError("eval_every and checkpoint_every must be >= 0.")
+        for name in ("curve_points", "curve_windows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {value!r}.")
+        if self.curve_points == 1:
+            raise ConfigError("curve_points must be 0 (no learning curve) or at least 2 (the first and last steps).")
         check_seed(self.seed)
         object.__setattr__(self, "betas", tuple(self.betas))
 

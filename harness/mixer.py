@@ -44,6 +44,33 @@ class KernelBenchmark:
 
 
 @dataclass(frozen=True)
+class FlopCount:
+    """Floating-point operations per token, forward and backward (docs/flops.md): 2 per multiply-add of every
+    matrix product and convolution, 1 per elementwise operation inside a sequence kernel's definition."""
+
+    forward: float
+    backward: float
+
+    @staticmethod
+    def training(forward: float) -> FlopCount:
+        """``forward`` with the usual backward of twice as much (a gradient for each operand of a product)."""
+        return FlopCount(float(forward), 2.0 * forward)
+
+    @property
+    def total(self) -> float:
+        """Forward + backward: one training step's FLOPs per token."""
+        return self.forward + self.backward
+
+    def __add__(self, other: FlopCount) -> FlopCount:
+        return FlopCount(self.forward + other.forward, self.backward + other.backward)
+
+    def __mul__(self, k: float) -> FlopCount:
+        return FlopCount(self.forward * k, self.backward * k)
+
+    __rmul__ = __mul__
+
+
+@dataclass(frozen=True)
 class Unit:
     """One interpretable unit of a mixer: a ProtoT prototype, an attention head, an SSM channel group."""
 
@@ -138,6 +165,17 @@ class Mixer(nn.Module):
         """Chunk lengths of the kernels this layer runs, so the conformance gate tests sequences that straddle
         every chunk boundary (it always adds 16, 32 and 64). Override when a kernel chunks at other lengths."""
         return ()
+
+    def flops_per_token(self, context: int) -> FlopCount:
+        """This layer's FLOPs per token (:class:`FlopCount`: its projections and its sequence kernel), averaged
+        over the positions of a training sequence of ``context`` tokens; training records them (docs/flops.md).
+
+        Every built-in mixer overrides this with its own formula, checked against a measured count. This
+        default, for plugins that do not, is ``2`` FLOPs forward per weight of each matrix or convolution
+        parameter (the old ``6 N`` rule, restricted to the layer): it ignores the sequence kernel (attention's
+        scores, a scan's state updates), so it undercounts, but training and the board keep working."""
+        weights = sum(p.numel() for p in self.parameters() if p.dim() >= 2)
+        return FlopCount.training(2.0 * weights)
 
     def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
         """The mixer's core kernel on synthetic inputs of this shape, with its FLOP count, so the throughput suite

@@ -265,6 +265,9 @@ class Suite:
     quickstart: ClassVar[dict[str, Any] | None] = None
     #: CLI subcommands this suite adds
     commands: ClassVar[tuple[SuiteCommand, ...]] = ()
+    #: smaller token budgets, as fractions of the preset's, at which the quickstart also trains every model and
+    #: scores it with this suite alone: a suite that reads a trend across budgets (scaling) needs more than one
+    quickstart_budgets: ClassVar[tuple[float, ...]] = ()
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

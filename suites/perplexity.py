@@ -28,10 +28,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from harness.model.batching import IGNORE_INDEX, batched, collate_windows
+from harness.model.batching import IGNORE_INDEX
+from harness.model.window_nll import window_nll
 from harness.errors import ConfigError
 from harness.model.memory import check_forward
 from harness.registry import register_suite
@@ -120,7 +119,6 @@ class Perplexity(Suite):
 
     @torch.no_grad()
     def _score(self, model, windows, n_docs, buckets, unigram, byte_lengths, ctx, split) -> DocTotals:
-        device = next(model.parameters()).device
         nb = len(buckets)
         totals = DocTotals(
             np.zeros(n_docs), np.zeros(n_docs), np.zeros(n_docs), np.zeros(n_docs),
@@ -130,14 +128,8 @@ class Perplexity(Suite):
         for i, (a, b) in enumerate(buckets):
             bucket_of[a:b] = i
         pad_id = ctx.corpus.tokenizer.pad_id
-        model.eval()
-        bar = tqdm(total=len(windows), desc=f"perplexity {split}", unit="win", disable=not ctx.progress, leave=False)
-        for chunk in batched(windows, self.cfg.batch_size):
-            inputs, targets = collate_windows([w.ids for w in chunk], pad_id)
-            logits, _ = model(inputs.to(device))
-            nll = F.cross_entropy(
-                logits.flatten(0, 1).float(), targets.to(device).flatten(), ignore_index=IGNORE_INDEX, reduction="none"
-            ).view(targets.shape).double().cpu()
+        for chunk, nll, targets in window_nll(model, windows, self.cfg.batch_size, pad_id, f"perplexity {split}",
+                                              ctx.progress):
             valid = targets != IGNORE_INDEX
             safe_targets = targets.clamp(min=0)
             totals.batch_means.append(float(nll[valid].mean()))
@@ -153,8 +145,6 @@ class Perplexity(Suite):
                 totals.bytes[d] += float(nbytes[row].sum())
                 np.add.at(totals.bucket_nll[d], positions[row][keep].numpy(), nll[row][keep].numpy())
                 np.add.at(totals.bucket_tokens[d], positions[row][keep].numpy(), 1)
-            bar.update(len(chunk))
-        bar.close()
         return totals
 
     def _metrics(self, prefix: str, t: DocTotals, doc_ids: list[str], buckets) -> list[Metric]:

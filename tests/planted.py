@@ -16,9 +16,13 @@ _counter = itertools.count()
 
 def subject(mixer: str = "protot", preset: str = "tiny", seed: int = 0, config: dict[str, Any] | None = None,
             code: str = "c0", **fields: Any) -> Subject:
-    """A model subject; models that differ in ``config`` or ``code`` are different identities, seeds share a row."""
+    """A model subject; models that differ in ``config``, ``code`` or ``train_diff`` are different identities,
+    seeds share a row."""
     config = dict(config or {})
-    row = content_hash({"mixer": mixer, "preset": preset, "config": config, "code": code})
+    parts = {"mixer": mixer, "preset": preset, "config": config, "code": code}
+    if fields.get("train_diff"):
+        parts["train"] = fields["train_diff"]
+    row = content_hash(parts)
     return Subject(
         kind="model", id=content_hash({"row": row, "seed": seed}), row_id=row,
         mixer_id=content_hash({"mixer": mixer, "config": config, "code": code}), mixer=mixer,
@@ -29,12 +33,14 @@ def subject(mixer: str = "protot", preset: str = "tiny", seed: int = 0, config: 
 
 
 def manifest(suite: str, subj: Subject, config: dict[str, Any] | None = None, source: str = "default",
-             gate: str = "passed", headline: tuple[str, ...] = (), code: str = "c0", **fields: Any) -> RunManifest:
+             gate: str = "passed", headline: tuple[str, ...] = (), code: str = "c0",
+             train: dict[str, Any] | None = None, **fields: Any) -> RunManifest:
+    """A run of ``suite`` on ``subj``; ``train`` adds training config parts to its identity (a token budget)."""
     config = dict(config or {})
     parts = {
         "subject_parts": {
             "mixer": {"mixer": subj.mixer, "mixer_config": subj.mixer_config, "mixer_code": code},
-            "train": {"seed": subj.seed}, "preset": subj.preset, "core_code": code,
+            "train": {"seed": subj.seed, **(train or {})}, "preset": subj.preset, "core_code": code,
         },
         "suite_code": "s0",
     }

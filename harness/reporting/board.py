@@ -23,6 +23,9 @@ A comparison board is only worth its weakest number, so:
   and with what numbers. Every mixer cell of a score column is compared with every control of its preset (paired
   difference with its interval, :class:`ControlComparison`); a cell not better than the reference control (the
   context-free ones, else every control; Holm over the column's mixers) is marked.
+* **Rank stability** (docs/rank_stability.md). Where a setting was trained at several token budgets, each score
+  column says whether its ordering at the largest budget already held at half of it
+  (:mod:`harness.reporting.rank_stability`, ``Board.stability``).
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness import stats
 from harness.errors import MixbenchError
 from harness.reporting.table import Cell, Column, Row, Table
+
+if TYPE_CHECKING:
+    from harness.reporting.rank_stability import ColumnStability
 
 #: a suite votes when at least this share of the preset's rows ran it
 MIN_SUITE_COVERAGE = 0.5
@@ -121,6 +127,13 @@ class Board:
     not_above_control: set[tuple[str, str]] = field(default_factory=set)
     #: labels of the reference controls the marks compare with
     reference_controls: list[str] = field(default_factory=list)
+    #: per budget series with several budgets and score column: whether its ordering held (docs/rank_stability.md)
+    stability: list[ColumnStability] = field(default_factory=list)
+
+    @property
+    def unsettled(self) -> set[str]:
+        """Names of the columns whose ordering changed between half the largest budget and the largest."""
+        return {s.column for s in self.stability if s.changed}
 
     def speed_of(self, row: Row) -> float | None:
         """``row``'s value on the Pareto view's speed axis, oriented so that higher is faster (the inverse of a
@@ -188,8 +201,10 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
         interval.update(iv)
     tied = _overlaps(interval)
     speed_name, quality_name, pareto = _pareto(table, points, config)
+    from harness.reporting.rank_stability import board_stability  # it reads the tie groups of this module
+
     return Board(table, config, verdicts, points, rank, interval, unranked, tied, pareto, speed_name, quality_name,
-                 vs_controls, not_above, references)
+                 vs_controls, not_above, references, board_stability(table, config))
 
 
 def _by_preset(table: Table) -> dict[str, list[Row]]:
@@ -387,6 +402,11 @@ def compare_cells(a: Cell, b: Cell, config: BoardConfig) -> float:
 
 def _better_first(cells: dict[str, Cell], higher: bool) -> list[str]:
     return sorted(cells, key=lambda k: (-cells[k].value if higher else cells[k].value, k))
+
+
+def tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig) -> dict[str, str]:
+    """Row key -> tie group letter of ``rows`` in ``column``, best first (the module docstring's procedure)."""
+    return _tie_groups(table, rows, column, config)
 
 
 def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig) -> dict[str, str]:

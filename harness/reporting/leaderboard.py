@@ -19,18 +19,22 @@ __all__ = ["FORMATS", "board_of", "leaderboard_text"]
 
 
 def board_of(store: ResultsStore, suites: Iterable[str] | None = None, *, all_metrics: bool = False,
-             all_configs: bool = False, all_versions: bool = False, config: BoardConfig | None = None) -> Board:
-    table = build_table(store, suites, all_metrics=all_metrics, all_configs=all_configs, include_stale=all_versions)
+             all_configs: bool = False, all_versions: bool = False, config: BoardConfig | None = None,
+             all_budgets: bool = False) -> Board:
+    table = build_table(store, suites, all_metrics=all_metrics, all_configs=all_configs, include_stale=all_versions,
+                        all_budgets=all_budgets)
     return build_board(table, config)
 
 
 def leaderboard_text(root: str, fmt: str = "md", view: str = "compact", suite: str | None = None,
-                     suites: Iterable[str] | None = None, all_configs: bool = False, all_versions: bool = False) -> str:
+                     suites: Iterable[str] | None = None, all_configs: bool = False, all_versions: bool = False,
+                     all_budgets: bool = False) -> str:
     """The board of the store at ``root`` rendered as ``fmt`` in ``view`` (what ``mixbench leaderboard`` prints)."""
     store = ResultsStore(root)
     store.require_existing()
     chosen = [suite] if suite else suites
-    board = board_of(store, chosen, all_metrics=view == "suite", all_configs=all_configs, all_versions=all_versions)
+    board = board_of(store, chosen, all_metrics=view == "suite", all_configs=all_configs, all_versions=all_versions,
+                     all_budgets=all_budgets)
     if chosen and board.table.rows:
         have = {r.manifest.suite for row in board.table.rows for r in row.runs}
         unknown = [s for s in dict.fromkeys(chosen) if s not in have]

@@ -11,6 +11,7 @@ Layout of the site folder::
                                   provenance of every run behind it, fields that differ between the runs marked
     runs/<run_id>.html, .json     one run: metrics, plots and the manifest as stored
     plots/<run_id>/<file>         the plots stored with the runs
+    curves/preset-<i>.png         every model's learning curve of a preset, against training FLOPs
     reproductions.html            the verdicts of ``mixbench reproduce`` kept in the store: per target the claim,
                                   expected against measured, the verdict (harness/reporting/site_reproductions.py)
     reproductions/<target>.png    each verdict's checks: interval against threshold
@@ -70,7 +71,9 @@ from typing import Any
 from harness.reporting.board import Board, BoardConfig, build_board
 from harness.errors import MixbenchError
 from harness.registry import SUITES
-from harness.reporting.render import MISSING, board_json, display, ordered_rows, readable, render, si
+from harness.reporting.render import (
+    MISSING, STABILITY_MARK, board_json, display, ordered_rows, readable, render, si,
+)
 from harness.store.results import ResultsStore, RunRecord, json_safe
 from harness.store.storage import swap_folder
 from harness.reporting.site_html import (
@@ -86,6 +89,8 @@ from harness.reproduction import load_records
 from harness.reporting.table import Column, Row, table_from_runs
 
 MARKER = ".mixbench-site"
+#: the index's learning-curve plots, one per preset (harness/reporting/learning_curves.py)
+CURVES = "curves"
 class Kit:
     """The :class:`harness.suite.SiteKit` a suite's section is built with, for one page at ``depth``."""
 
@@ -258,8 +263,10 @@ class _Site:
                 continue
             suite = c.suite + (f" [{short_metric(c.config, 14)}]" if c.config else "")
             above = f'<span class="suite">{breakable(suite)}</span>' if with_suite or c.config else ""
-            html_heads.append(f'{above}{breakable(labels[c.name])} {"↑" if c.higher_is_better else "↓"}')
-            titles.append(column_title(c))
+            mark = STABILITY_MARK if c.name in self.board.unsettled else ""  # docs/rank_stability.md
+            html_heads.append(f'{above}{breakable(labels[c.name])}{mark} {"↑" if c.higher_is_better else "↓"}')
+            titles.append(column_title(c) + (" (its ordering changed between half the largest token budget and "
+                                             "the largest: see the legend)" if mark else ""))
         return html_heads, titles
 
     def _columns_html(self, columns: list[Column], depth: int) -> str:
@@ -314,6 +321,7 @@ class _Site:
                 '<dl class="legend">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(self.paths.text(v))}</dd>"
                                                 for k, v in legend_items(board, plot)) + "</dl>",
                 pareto,
+                self._learning_curves(),
                 '<h2 id="columns">Columns</h2>',
                 '<p class="note">The board\'s headers shorten the metric names; here is each column in full, with '
                 "whether it votes, and why not.</p>",
@@ -338,6 +346,23 @@ class _Site:
         )
         parts.append(f'<script type="application/json" id="board-data">{script_json(json.loads(board_json(board)))}</script>')
         self._write("index.html", "mixbench leaderboard", "\n".join(parts))
+
+    def _learning_curves(self) -> str:
+        """curves/preset-<i>.png: every row's learning curve of a preset on one plot, against training FLOPs."""
+        from harness.reporting.learning_curves import curves_by_preset, draw_curves
+
+        figures = []
+        for i, (preset, curves) in enumerate(curves_by_preset(list(self.table.rows)).items()):
+            rel = f"{CURVES}/preset-{i}.png"
+            if draw_curves(preset, curves, self.root / rel):
+                figures.append(f'<img class="wide" src="{esc(rel)}" alt="learning curves of preset {esc(preset)}">')
+        if not figures:
+            return ""
+        return ("<h2>Learning curves</h2>"
+                '<p class="note">Held-out loss on a few fixed validation windows at log-spaced steps of training, '
+                "against training FLOPs (docs/scaling.md); controls dashed. An ordering that is still changing at "
+                "the right edge is a property of the budget, not of the mixers.</p>"
+                f'<div class="plots">{"".join(figures)}</div>')
 
     def _speed_label(self) -> str:
         """The Pareto view's speed axis: the speed column (its inverse when lower is better), higher = faster."""
@@ -590,7 +615,7 @@ def _newest_first(runs: list[RunRecord]) -> list[RunRecord]:
 #: the top-level entries a site folder holds (the layout in this module's docstring): anything else in ``--out`` is
 #: the user's, and publishing, which replaces the folder as a whole, would delete it
 SITE_ENTRIES = frozenset({MARKER, "index.html", "board.json", "board.csv", "leaderboard.md", "pareto.png", "assets",
-                          "suites", "rows", "runs", "plots",
+                          "suites", "rows", "runs", "plots", CURVES,
                           REPRODUCTIONS_PAGE, REPRODUCTION_PLOTS})
 
 

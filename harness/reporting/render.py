@@ -38,6 +38,7 @@ MISSING = "—"
 UNRELIABLE_MARK = "†"
 OUTSIDE_MARK = "°"
 CONTROL_MARK = "‡"  # a mixer cell not better than the reference control (docs/controls.md)
+STABILITY_MARK = "~"  # a column whose ordering changed between half the largest budget and it (docs/rank_stability.md)
 
 
 # ---------------------------------------------------------------------------------------------- numbers
@@ -300,8 +301,11 @@ def _display(board: Board, view: str, suite: str | None, style: str,
         lead.append(("seeds", "seeds"))
     up, down = ("↑", "↓") if style != "latex" else (r"$\uparrow$", r"$\downarrow$")
     header = [h for _, h in lead]
+    unsettled = board.unsettled
     for c in columns:  # compact: the suite, abbreviated; the legend names the metric and its direction
-        header.append(abbreviate(c.suite) if view == "compact" else f"{c.name} {up if c.higher_is_better else down}")
+        mark = STABILITY_MARK if c.name in unsettled else ""
+        header.append(abbreviate(c.suite) + mark if view == "compact"
+                      else f"{c.name}{mark} {up if c.higher_is_better else down}")
     keys = [k for k, _ in lead] + [c.name for c in columns]
     body, raw, best = [], [], []
     ordered = ordered_rows(board)
@@ -417,7 +421,26 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
     for row in board.table.rows:
         if row.key in board.unranked:
             lines.append(f"{row.label} / {row.preset} is not ranked: it {board.unranked[row.key]}")
+    lines += stability_lines(board, columns)
     lines += board.table.notes
+    return lines
+
+
+def stability_lines(board: Board, columns: list[Column]) -> list[str]:
+    """The rank-stability notes of ``columns`` (docs/rank_stability.md): what the mark means, once, then one line
+    per column and budget series; none for a board whose settings each have one token budget."""
+    names = {c.name for c in columns}
+    found = [s for s in board.stability if s.column in names and s.status != "only one budget"]
+    several = len({s.series for s in found}) > 1
+    lines = []
+    if any(s.changed for s in found):
+        lines.append(f"{STABILITY_MARK}: a column whose ordering is still changing at a setting's largest token "
+                     "budget: a pair of models swapped places since the largest budget at most half of it (two "
+                     "models in one tie group at both budgets do not count; docs/rank_stability.md).")
+    for s in found:
+        where = f" ({s.series_label})" if several else ""
+        lead = f"{STABILITY_MARK} {s.column}" if s.changed else f"rank stability of {s.column}"
+        lines.append(f"{lead}{where}: {s.sentence}.")
     return lines
 
 
@@ -560,6 +583,12 @@ def board_json(board: Board, columns: list[Column] | None = None) -> str:
         "config": {"alpha": board.config.alpha, "rank_level": board.config.rank_level,
                    "bootstrap": board.config.bootstrap},
     }
+    names = {c.name for c in (board.table.columns if columns is None else columns)}
+    stability = [s.to_json() for s in board.stability if s.column in names and s.status != "only one budget"]
+    if stability:  # only where a setting was trained at several token budgets (docs/rank_stability.md)
+        doc["rank_stability"] = stability
+        for c in doc["columns"]:
+            c["ordering_changed"] = c["name"] in board.unsettled
     return json.dumps(json_safe(doc), allow_nan=False, ensure_ascii=False, indent=2)
 
 

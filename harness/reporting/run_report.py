@@ -150,7 +150,7 @@ def compare_models(store: ResultsStore, a: str, b: str, suites: Iterable[str] | 
     from harness.reporting.table import build_table
 
     store.require_existing()
-    table = build_table(store, suites, all_metrics=all_metrics)
+    table = build_table(store, suites, all_metrics=all_metrics, all_budgets=True)  # any row may be named
     row_a, row_b = _row(table, store, a), _row(table, store, b)
     if row_a.key == row_b.key:
         raise MixbenchError(f"'{a}' and '{b}' are the same model; compare two different ones.")

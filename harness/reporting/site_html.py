@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from harness.reporting.board import Board
-from harness.reporting.render import CONTROL_MARK, MISSING, legend, readable
+from harness.reporting.render import CONTROL_MARK, MISSING, STABILITY_MARK, legend, readable
 from harness.store.results import json_safe
 from harness.reporting.table import Column
 
@@ -223,7 +223,8 @@ def legend_items(board: Board, pareto: bool) -> list[tuple[str, str]]:
             continue
         if sep and lead.endswith(" does not vote") and lead.removesuffix(" does not vote") in names:
             continue  # the column list gives the reason
-        if sep and lead in ("state", "seeds"):
+        if sep and (lead in ("state", "seeds", STABILITY_MARK) or lead.startswith(f"{STABILITY_MARK} ")
+                    or lead.startswith("rank stability of ")):  # docs/rank_stability.md
             items.append((lead, rest))
         elif line.startswith("no control rows"):
             items.append(("controls", line))

@@ -11,6 +11,11 @@ Rules, each a decision the design asks for:
 * **Stale code is not a row of its own.** When the code (a mixer's or the core's source, a package version)
   changed, the new runs form a new model identity; by default the board shows, per configuration, only the
   model with the newest run and says how many older ones it hides (``include_stale`` shows them).
+* **A setting is ranked at its largest budget.** Models that differ only in mixer, mixer config and token budget
+  form a budget series (:func:`harness.store.identity.budget_series`); where a series holds several budgets, the
+  rows below its largest budget leave the board for ``Table.earlier`` (``all_budgets`` keeps them as rows), where
+  :mod:`harness.reporting.rank_stability` compares their orderings with the largest budget's
+  (docs/rank_stability.md). Their cells are computed with the same columns.
 * **Canonical cells.** A cell comes from the suite's canonical config: among the runs not marked
   ``override`` (an ad-hoc ``--suite-config``), the config that covers the most rows (ties: the newest). Runs
   under other configs never replace it; ``all_configs`` adds them as their own columns.
@@ -31,7 +36,7 @@ from typing import Any
 
 from harness import stats
 from harness.config import canonical_json
-from harness.store.identity import lineage_identity
+from harness.store.identity import budget_series, lineage_identity
 from harness.store.results import ResultsStore, RunRecord
 from harness.stats import Interval
 from harness.suite import Metric
@@ -109,6 +114,10 @@ class Row:
     context_free: bool = False
     lineage: str = ""
     newest: str = ""  # written_at of its newest run
+    #: its budget series (docs/rank_stability.md): the comparable set, its mixer and config there, its token budget
+    series: str = ""
+    member: str = ""
+    budget: int | None = None
     runs: list[RunRecord] = field(default_factory=list)
 
 
@@ -119,6 +128,8 @@ class Table:
     cells: dict[tuple[str, str], Cell]  # (row key, column name) -> cell
     notes: list[str] = field(default_factory=list)
     root: str = ""
+    #: rows below the largest token budget of their series: off the board, their cells kept for rank stability
+    earlier: list[Row] = field(default_factory=list)
 
     def cell(self, row: Row | str, column: Column | str) -> Cell | None:
         key = row.key if isinstance(row, Row) else row
@@ -145,14 +156,15 @@ class Table:
 
 
 def build_table(store: ResultsStore, suites: Iterable[str] | None = None, *, all_metrics: bool = False,
-                all_configs: bool = False, include_stale: bool = False) -> Table:
+                all_configs: bool = False, include_stale: bool = False, all_budgets: bool = False) -> Table:
     """The table of the store at ``store`` (see the module docstring for the rules)."""
     return table_from_runs(list(store.iter_runs(samples=False)), str(store.root), suites, all_metrics=all_metrics,
-                           all_configs=all_configs, include_stale=include_stale)
+                           all_configs=all_configs, include_stale=include_stale, all_budgets=all_budgets)
 
 
 def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str] | None = None, *,
-                    all_metrics: bool = False, all_configs: bool = False, include_stale: bool = False) -> Table:
+                    all_metrics: bool = False, all_configs: bool = False, include_stale: bool = False,
+                    all_budgets: bool = False) -> Table:
     notes: list[str] = []
     model_runs = [r for r in runs if r.manifest.subject.kind == "model"]
     mixer_runs = [r for r in runs if r.manifest.subject.kind == "mixer"]
@@ -179,6 +191,11 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
             row.runs.append(run)
     for row in rows.values():  # after the join: a mixer-scoped run's gate verdict counts for its rows too
         row.gate = _gate_status(row.runs)
+    earlier = [] if all_budgets else _below_largest_budget(rows)
+    if earlier:
+        for row in earlier:
+            del rows[row.key]
+        notes.append(_earlier_note(earlier))
     wanted = list(dict.fromkeys(suites)) if suites else None
     available = sorted({r.manifest.suite for row in rows.values() for r in row.runs})
     if wanted:
@@ -187,9 +204,9 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
             notes.append(f"no results for suite(s) {', '.join(unknown)} (suites with results: "
                          f"{', '.join(available) or 'none'})")
     order = wanted or available
-    columns, cells = _cells(list(rows.values()), order, all_metrics, all_configs, notes)
+    columns, cells = _cells([*rows.values(), *earlier], order, all_metrics, all_configs, notes)
     ordered = sorted(rows.values(), key=lambda r: (_preset_rank(r.preset), r.label))
-    return Table(ordered, columns, cells, notes, root)
+    return Table(ordered, columns, cells, notes, root, earlier)
 
 
 def _preset_rank(preset: str) -> tuple[int, str]:
@@ -203,6 +220,25 @@ def _lineage(run: RunRecord) -> str:
     return lineage_identity(dict(run.manifest.identity.get("subject_parts") or {}))
 
 
+def _below_largest_budget(rows: dict[str, Row]) -> list[Row]:
+    """The rows whose budget series holds a larger token budget than theirs (docs/rank_stability.md)."""
+    largest: dict[str, int] = {}
+    for row in rows.values():
+        if row.budget is not None:
+            largest[row.series] = max(largest.get(row.series, row.budget), row.budget)
+    below = [r for r in rows.values() if r.budget is not None and r.budget < largest[r.series]]
+    return sorted(below, key=lambda r: (_preset_rank(r.preset), r.label))
+
+
+def _earlier_note(earlier: list[Row]) -> str:
+    from harness.reporting.render import si
+
+    budgets = ", ".join(si(b) for b in sorted({r.budget for r in earlier if r.budget is not None}))
+    return (f"{len(earlier)} row(s) trained at smaller token budgets ({budgets}) of settings also trained at a larger "
+            "one are not on the board: a setting is ranked at its largest budget, and the rank-stability notes say "
+            "whether each column's ordering already held at half of it (--all-budgets shows them as rows)")
+
+
 def _rows(runs: list[RunRecord]) -> dict[str, Row]:
     rows: dict[str, Row] = {}
     for run in sorted(runs, key=lambda r: r.manifest.written_at):
@@ -211,6 +247,9 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         if row is None:
             row = rows[s.row_id] = Row(s.row_id, s.label, s.mixer, s.mixer_id, s.preset or "—", lineage=_lineage(run),
                                        control=s.control, context_free=s.context_free)
+            series = budget_series(dict(run.manifest.identity.get("subject_parts") or {}))
+            if series is not None:
+                row.series, row.member, row.budget = series
         row.runs.append(run)
         row.newest = max(row.newest, run.manifest.written_at)
     for row in rows.values():

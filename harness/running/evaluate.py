@@ -237,6 +237,7 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
         packages=model.mixers[0].package_versions(),
         loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
+        learning_curve=[dict(r) for r in ckpt.meta.get("learning_curve", [])],
         **control_flags(spec.model.mixer),
     )
 

@@ -12,6 +12,9 @@ A plan is YAML (or JSON, which YAML reads too)::
     train: {token_budget: 32768}    # TrainConfig overrides (seed comes from `seeds`)
     data: {max_train_docs: 40}      # DataConfig overrides
     backbone: {context: 128}        # BackboneConfig overrides
+    ladder:                         # optional: the grid once per rung, each rung's overrides on top of the above
+      - {d_model: 64, n_layers: 2, tokens: 81920}     # shorthand for backbone d_model/n_layers, train token_budget
+      - {backbone: {d_model: 128, n_layers: 4}, train: {token_budget: 327680, lr: 0.002}}
     device: auto                    # auto | cpu | cuda
     kernel: null                    # force a mixer kernel
     resources: {cpus: 1, gpus: 0}   # per job (one trained model + its suites)
@@ -43,8 +46,10 @@ from harness.values import build_config, coerce_values, option
 
 PLAN_KEYS = (
     "name", "preset", "presets", "mixers", "mixer_configs", "controls", "seeds", "suites", "train", "data",
-    "backbone", "device", "kernel", "resources", "nightly",
+    "backbone", "device", "kernel", "resources", "nightly", "ladder",
 )
+#: the keys of one ladder rung: the shorthands, then the two override mappings they fill
+RUNG_KEYS = ("d_model", "n_layers", "tokens", "backbone", "train")
 TOLERANCE_KEYS = ("rel_tolerance", "abs_tolerance", "ci_scale")
 #: a plan is a few lines of YAML; a file this large is a mistake (or an attack), refused before parsing
 MAX_PLAN_BYTES = 1 << 20
@@ -96,6 +101,20 @@ class NightlyPolicy:
 
 
 @dataclass(frozen=True)
+class Rung:
+    """One rung of a ladder (a scaling study, docs/scaling.md): backbone and training overrides applied on top of
+    the plan's own, so one plan trains every mixer at several widths, depths and token budgets."""
+
+    backbone: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted({**self.backbone, **self.train}.items())]
+        return ", ".join(parts) or "the plan's own settings"
+
+
+@dataclass(frozen=True)
 class Plan:
     """A validated grid: mixers x presets x seeds, each model scored by every suite."""
 
@@ -115,6 +134,7 @@ class Plan:
     nightly: NightlyPolicy = field(default_factory=NightlyPolicy)
     source: str = ""  # the file it came from, for messages
     controls: tuple[str, ...] | None = None  # None: every registered control; (): none
+    ladder: tuple[Rung, ...] = ()  # empty: one grid with the plan's own overrides
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name.startswith("."):
@@ -134,7 +154,12 @@ class Plan:
                 raise ConfigError(f"plan {self.name}: '{key}' lists a value twice: {list(values)}.")
         for seed in self.seeds:
             check_seed(seed, f"plan {self.name}: each seed")
-        check_grid_size(len(self.presets) * len(self.mixers) * len(self.seeds), f"plan {self.name}")
+        check_grid_size(len(self.presets) * len(self.rungs) * len(self.mixers) * len(self.seeds),
+                        f"plan {self.name}")
+        if "seed" in {k for rung in self.ladder for k in rung.train}:
+            raise ConfigError(f"plan {self.name}: set seeds with 'seeds: [...]', not in a ladder rung's train.")
+        if len(set(map(repr, self.ladder))) != len(self.ladder):
+            raise ConfigError(f"plan {self.name}: the ladder lists a rung twice.")
         for what, configs, names in (
             ("mixer_configs", self.mixer_configs, self.mixers), ("suites", self.suite_configs, self.suites),
         ):
@@ -162,8 +187,13 @@ class Plan:
         return (*self.mixers, *(c for c in controls if c not in self.mixers))
 
     @property
+    def rungs(self) -> tuple[Rung, ...]:
+        """The ladder, or the one implicit rung of a plan without one."""
+        return self.ladder or (Rung(),)
+
+    @property
     def jobs(self) -> int:
-        return len(self.presets) * len(self.all_mixers) * len(self.seeds)
+        return len(self.presets) * len(self.rungs) * len(self.all_mixers) * len(self.seeds)
 
     def check(self) -> None:
         """Validate names and every config value against the registries (each model built on ``meta``)."""
@@ -182,15 +212,18 @@ class Plan:
                     "drop 'kernel' to let each mixer pick its fastest, or run the mixers in separate plans."
                 )
         for preset in self.presets:
-            for mixer in self.all_mixers:
-                with _located(where, f"preset {preset}, mixer {mixer}"):
-                    make_run_spec(mixer, preset, self.mixer_configs.get(mixer), self.backbone, self.train, self.data)
+            for rung in self.rungs:
+                backbone, train = {**self.backbone, **rung.backbone}, {**self.train, **rung.train}
+                for mixer in self.all_mixers:
+                    at = f"preset {preset}, mixer {mixer}" + (f", rung {rung.label}" if self.ladder else "")
+                    with _located(where, at):
+                        make_run_spec(mixer, preset, self.mixer_configs.get(mixer), backbone, train, self.data)
 
     def requests(
         self, device: str, force: bool = False, progress: bool = True, plugins: tuple[str, ...] = (),
         skip_gate: bool = False,
     ) -> list[GridRequest]:
-        """One :class:`GridRequest` per preset (the runner turns them into jobs)."""
+        """One :class:`GridRequest` per preset and ladder rung (the runner turns them into jobs)."""
         return [
             GridRequest(
                 preset=preset,
@@ -198,8 +231,8 @@ class Plan:
                 suites=list(self.suites),
                 seeds=list(self.seeds),
                 mixer_configs={m: dict(c) for m, c in self.mixer_configs.items()},
-                backbone_overrides=dict(self.backbone),
-                train_overrides=dict(self.train),
+                backbone_overrides={**self.backbone, **rung.backbone},
+                train_overrides={**self.train, **rung.train},
                 data_overrides=dict(self.data),
                 suite_overrides={s: dict(c) for s, c in self.suite_configs.items()},
                 options=JobOptions(device=device, kernel=self.kernel, force=force, progress=progress,
@@ -207,6 +240,7 @@ class Plan:
                 controls=None if self.controls is None else list(self.controls),
             )
             for preset in self.presets
+            for rung in self.rungs
         ]
 
     def covers(self, suite: str | None, mixer: str | None, preset: str | None, seed: Any) -> bool:
@@ -333,7 +367,34 @@ def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Pl
         nightly=_nightly(raw.get("nightly"), where),
         source=source,
         controls=None if controls is None else tuple(controls),
+        ladder=_ladder(raw.get("ladder"), where),
     )
+
+
+def _ladder(value: Any, where: str) -> tuple[Rung, ...]:
+    """``ladder:`` as rungs; each is a mapping of the shorthands (d_model, n_layers, tokens) and/or full
+    ``backbone``/``train`` override mappings (a shorthand and its long form together is an error)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: 'ladder' must be a non-empty list of rungs (mappings), got {value!r}.")
+    rungs = []
+    for i, raw in enumerate(value):
+        at = f"{where}: ladder[{i}]"
+        raw = _mapping(raw, f"ladder[{i}]", where)
+        if not raw:
+            raise ConfigError(f"{at} is empty; give d_model, n_layers, tokens, backbone or train.")
+        _unknown(raw, RUNG_KEYS, at)
+        backbone = _mapping(raw.get("backbone"), f"ladder[{i}].backbone", where)
+        train = _mapping(raw.get("train"), f"ladder[{i}].train", where)
+        for short, target, key in (("d_model", backbone, "d_model"), ("n_layers", backbone, "n_layers"),
+                                   ("tokens", train, "token_budget")):
+            if short in raw:
+                if key in target:
+                    raise ConfigError(f"{at}: give '{short}' or its long form '{key}', not both.")
+                target[key] = raw[short]
+        rungs.append(Rung(backbone, train))
+    return tuple(rungs)
 
 
 def _unknown(raw: dict[str, Any], known: Any, where: str) -> None:

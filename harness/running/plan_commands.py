@@ -53,7 +53,7 @@ def executor_from_args(args: argparse.Namespace):
     )
 
 
-def _plan_device(plan, requested: str | None, executor: str = "local") -> str:
+def plan_device(plan, requested: str | None, executor: str = "local") -> str:
     """The device jobs train on. On this machine it is checked here; on Ray the workers' GPUs count, not the
     driver's: ``auto`` means cuda when the plan gives each job a GPU, and each job checks its own node."""
     from harness.model.devices import resolve_device as _device
@@ -88,7 +88,7 @@ def cmd_run_plan(args: argparse.Namespace) -> int:
 
     plan = load_plan(args.plan)
     store = ResultsStore(args.results)
-    device = _plan_device(plan, args.device, args.executor)
+    device = plan_device(plan, args.device, args.executor)
     reqs = plan.requests(device, force=args.force, progress=not args.no_progress, plugins=tuple(args.plugin),
                          skip_gate=args.skip_gate)
     with executor_from_args(args) as executor:
@@ -107,7 +107,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     publish = Path(os.path.expanduser(args.publish)) if args.publish else None
     with executor_from_args(args) as executor:
         result = run_nightly(
-            plan, store, executor, device=_plan_device(plan, args.device, args.executor), progress=not args.no_progress,
+            plan, store, executor, device=plan_device(plan, args.device, args.executor), progress=not args.no_progress,
             plugins=tuple(args.plugin), publish_dir=publish, skip_gate=args.skip_gate,
         )
     print(result.render())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.registry import MIXERS, SUITES
 
 
@@ -22,3 +23,17 @@ def quickstart_mixers() -> list[str]:
 def quickstart_suites() -> dict[str, dict[str, Any]]:
     """Suite name -> its reduced quickstart config, for every registered suite that declares one."""
     return {e.name: dict(e.cls.quickstart) for e in SUITES.entries() if e.cls.quickstart is not None}
+
+
+def quickstart_budgets() -> dict[float, list[str]]:
+    """Fraction of the preset's token budget -> the quickstart suites that also score models trained at it
+    (:attr:`harness.suite.Suite.quickstart_budgets`), smallest first."""
+    out: dict[float, list[str]] = {}
+    for e in SUITES.entries():
+        if e.cls.quickstart is None:
+            continue
+        for fraction in e.cls.quickstart_budgets:
+            if not 0 < fraction < 1:
+                raise ConfigError(f"suite {e.name}: quickstart_budgets are fractions in (0, 1), got {fraction!r}.")
+            out.setdefault(float(fraction), []).append(e.name)
+    return dict(sorted(out.items()))

@@ -3,7 +3,9 @@
 AdamW with weight decay on matrices only (never on norms, biases, scalars or what a mixer lists in
 ``no_weight_decay``: ProtoT's prototypes, beta logits, temperatures and alpha), linear warm-up over
 ``warmup_frac`` of the steps then cosine decay to ``final_lr_frac`` of the peak, gradient clipping, bf16
-autocast on CUDA, periodic validation and checkpoints.
+autocast on CUDA, periodic validation and checkpoints. A learning curve (held-out loss on a few fixed validation
+windows at log-spaced steps, against tokens and training FLOPs) is stored with the checkpoint for the scaling
+suite and the site's curve plots (docs/scaling.md).
 
 Resumption is exact: the batch of step i is a function of (seed, i) alone (``Corpus.train_batch``), and a
 snapshot holds the weights, the optimizer state and the RNG state, so a run killed with SIGKILL and resumed
@@ -110,9 +112,20 @@ def validation_loss(
 
 
 def estimate_train_flops(model: MixerLM, tokens: int) -> float:
-    """6 * N * tokens (forward + backward), N = non-embedding parameters + the tied output head."""
-    n = model.num_parameters(exclude_embedding=True) + model.embed.weight.numel()
-    return 6.0 * n * tokens
+    """Training FLOPs of ``tokens`` tokens at the model's context: tokens x (forward + backward) per token, each
+    mixer's own count (its projections and sequence kernel, attention's scores over the causal window) plus the
+    FFNs and the tied head, backward twice the forward (:mod:`harness.model.flops`, docs/flops.md)."""
+    from harness.model.flops import train_flops
+
+    return train_flops(model, model.config.context, tokens)
+
+
+def curve_steps(total_steps: int, points: int) -> list[int]:
+    """The optimizer steps at which the learning curve is measured: ``points`` log-spaced steps from 1 to
+    ``total_steps`` (rounded, duplicates merged), so early and late training are sampled alike on a log axis."""
+    if points < 2 or total_steps < 1:
+        return []
+    return sorted({max(1, round(total_steps ** (i / (points - 1)))) for i in range(points)})
 
 
 def train(
@@ -151,7 +164,7 @@ def _train(
     model = build_model(spec.model, seed=cfg.seed).to(dev)
     model.set_kernel(kernel, dev)
     optimizer = adamw(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas)
-    start, history, prior_seconds = 0, [], 0.0
+    start, history, curve, prior_seconds = 0, [], [], 0.0
 
     existing = resolve(out_dir) if out_dir.exists() else None
     if existing is not None:
@@ -177,6 +190,7 @@ def _train(
             torch.set_rng_state(state["rng"])
             start = ckpt.step
             history = list(ckpt.meta.get("history", []))
+            curve = list(ckpt.meta.get("learning_curve", []))
             prior_seconds = float(ckpt.meta.get("train_seconds", 0.0))
 
     identity = model_identity(spec, corpus.fingerprint)
@@ -185,6 +199,10 @@ def _train(
     if main:
         corpus.tokenizer.save(tokenizer_file)
     val_windows = corpus.eval_windows("validation", context, max_windows=cfg.eval_batches * cfg.batch_size)
+    # the learning curve's held-out set: a few fixed validation windows, scored at log-spaced steps
+    curve_windows = corpus.eval_windows("validation", context, max_windows=cfg.curve_windows) if cfg.curve_windows \
+        else []
+    curve_at = set(curve_steps(total_steps, cfg.curve_points)) if curve_windows else set()
     pad_id = corpus.tokenizer.pad_id
     use_autocast = dev.type == "cuda"
 
@@ -203,6 +221,7 @@ def _train(
             "kernel": model.kernel,
             "device": str(dev),
             "history": history,
+            "learning_curve": curve,
             "world_size": dist.world_size if dist is not None else 1,
             "corpus_fingerprint": corpus.fingerprint,
             "model_identity": {"id": identity.id, "parts": identity.parts},
@@ -243,6 +262,12 @@ def _train(
         seconds = prior_seconds + time.perf_counter() - t0
         record: dict[str, Any] = {"step": done, "loss": round(loss_value, 6), "grad_norm": round(grad_norm, 4)}
         is_last = done == total_steps
+        if done in curve_at:
+            tokens_done = done * cfg.batch_size * context
+            curve.append({
+                "step": done, "tokens": tokens_done, "flops": estimate_train_flops(model, tokens_done),
+                "loss": validation_loss(model, curve_windows, pad_id, cfg.batch_size, dev, dist),
+            })
         if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
             val = validation_loss(model, val_windows, pad_id, cfg.batch_size, dev, dist) if val_windows else None
             record["val_loss"] = val

@@ -235,6 +235,25 @@ def lineage_identity(subject_parts: dict[str, Any]) -> str:
     return content_hash({"mixer": mixer, "train": train, **rest})
 
 
+def budget_series(subject_parts: dict[str, Any]) -> tuple[str, str, int] | None:
+    """A model's place in a token-budget series (docs/rank_stability.md): ``(series, member, token_budget)``.
+    ``series`` hashes what models of one comparable set share: the identity without the mixer, the code and
+    package fingerprints, the weights, the seed and the token budget; ``member`` the mixer and its config without
+    code fingerprints. None for a subject without a training config (a mixer-scoped run's)."""
+    train = subject_parts.get("train")
+    mixer = subject_parts.get("mixer")
+    if not isinstance(train, dict) or not isinstance(mixer, dict):
+        return None
+    budget = train.get("token_budget")
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        return None
+    rest = {k: v for k, v in subject_parts.items()
+            if k not in CODE_PARTS and k not in ("mixer", "train", "weights_sha256")}
+    shared = {k: v for k, v in train.items() if k not in ("seed", "token_budget")}
+    member = {k: v for k, v in mixer.items() if k not in CODE_PARTS}
+    return content_hash({"train": shared, **rest}), content_hash(member), budget
+
+
 def gate_identity(mixer: str, mixer_config: dict[str, Any], backbone: dict[str, Any], device: str,
                   gate_config: dict[str, Any], gate_version: int) -> str:
     """The gate's verdict key: the mixer and config at a backbone (its vocabulary left out: the gate is blind to

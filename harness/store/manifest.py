@@ -80,6 +80,8 @@ class Subject:
     dtype: str | None = None
     packages: dict[str, str] = field(default_factory=dict)
     loss_curve: list[dict[str, Any]] = field(default_factory=list)  # [{step, loss, val_loss?}]
+    #: held-out loss at log-spaced steps (docs/scaling.md): [{step, tokens, flops, loss}]
+    learning_curve: list[dict[str, Any]] = field(default_factory=list)
     control: bool = False  # the mixer is a control (docs/controls.md): a row below the ranked ones, never ranked
     context_free: bool = False  # ... whose outputs depend on one position each (the board's reference control)
 
@@ -101,10 +103,19 @@ class Subject:
     @property
     def label(self) -> str:
         """The board's name for this model: the mixer, then whatever differs from the defaults."""
-        diff = {**self.config_diff, **self.backbone_diff, **self.train_diff, **self.data_diff}
-        if not diff:
-            return self.mixer
-        return f"{self.mixer} ({', '.join(f'{k}={_short(v)}' for k, v in sorted(diff.items()))})"
+        return _labelled(self.mixer, {**self.config_diff, **self.backbone_diff, **self.train_diff, **self.data_diff})
+
+    @property
+    def mixer_label(self) -> str:
+        """The mixer and what differs from its default config, without the backbone, training or data: one name
+        for one mixer config across models of several sizes and budgets (a scaling ladder's series)."""
+        return _labelled(self.mixer, self.config_diff)
+
+
+def _labelled(mixer: str, diff: dict[str, Any]) -> str:
+    if not diff:
+        return mixer
+    return f"{mixer} ({', '.join(f'{k}={_short(v)}' for k, v in sorted(diff.items()))})"
 
 
 def _short(value: Any) -> str:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import Mixer, Unit
+from harness.mixer import FlopCount, Mixer, Unit
 from harness.recording import record, wanted
 from harness.registry import register_mixer
 from harness.values import option
@@ -103,6 +103,15 @@ class Attention(Mixer):
 
     def state_size(self, seq_len: int) -> int:
         return 2 * seq_len * self.n_kv_heads * self.head_dim
+
+    def flops_per_token(self, context: int) -> FlopCount:
+        """The q, k, v and o projections, ``2 d (2 d + 2 kv_dim)``, and per head and causal key (a query at
+        position t reads t + 1 keys: ``(context + 1) / 2`` on average) its score and weighted value,
+        ``4 head_dim``, plus the score's scaling and softmax, 2 (docs/flops.md). The naive kernel also computes
+        the masked half of the scores; the causal kernels (sdpa, flash) that train do not, so it is not counted."""
+        d, kv = self.d_model, self.n_kv_heads * self.head_dim
+        keys = (context + 1) / 2
+        return FlopCount.training(2 * d * (2 * d + 2 * kv) + self.n_heads * keys * (4 * self.head_dim + 2))
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None):
         B, T, D = x.shape

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.mixer import Mixer
+from harness.mixer import FlopCount, Mixer
 from harness.registry import register_mixer
 
 
@@ -55,6 +55,10 @@ class NoMixing(_LinearControl):
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         return self.proj(x), state
 
+    def flops_per_token(self, context: int) -> FlopCount:
+        """``W x_t``: ``2 d^2``."""
+        return FlopCount.training(2 * self.d_model**2)
+
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> tuple:
         return ()
 
@@ -76,6 +80,10 @@ class PrefixSum:
 @register_mixer("mean", config=ControlConfig)
 class PrefixMean(_LinearControl):
     """``y_t = W mean(x_1..x_t)``: uniform causal averaging, the same weights whatever the content."""
+
+    def flops_per_token(self, context: int) -> FlopCount:
+        """``W`` (``2 d^2``) and the running mean: one addition (the prefix sum) and one division per channel."""
+        return FlopCount.training(2 * self.d_model**2 + 2 * self.d_model)
 
     def forward(self, x: torch.Tensor, state: PrefixSum | None = None) -> tuple[torch.Tensor, Any]:
         T = x.shape[1]

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import KernelBenchmark, Unit
+from harness.mixer import FlopCount, KernelBenchmark, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
@@ -164,6 +164,28 @@ class _DeltaBase(RoutedMixer):
         conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
         return math.prod(self._recurrent_shape) + conv
 
+    #: per-head scalar projections (beta, and Gated DeltaNet's decay), and whether the state decays at each step
+    #: (Gated DeltaNet: one product per state float and one exponential per head); for ``flops_per_token``
+    _head_projections = 1
+    _decay = 0
+
+    def flops_per_token(self, context: int) -> FlopCount:
+        """Products, with key width Kd = H K and value width Vd = H V: q, k ``4 d Kd``, v and o ``4 d Vd``, the
+        output gate ``2 d Vd``, the per-head scalars ``2 d H`` each, the short convs ``2 conv_size (2 Kd + Vd)``;
+        the recurrence as fla's reference computes it, per head and step: the read ``S^T k`` (a product and a sum
+        per state float), the write ``S + k u^T`` (2), the output ``S^T q`` (a multiply-add) and the state's decay
+        (1, gated only), ``(6 + decay) K V``, plus ``2 V + K`` for ``u`` and the query's scale (docs/flops.md)."""
+        layer, d, cfg = self.layer, self.d_model, self.cfg
+        H, K, V = layer.num_heads, layer.head_k_dim, layer.head_v_dim
+        Kd, Vd = H * K, H * V
+        products = 4 * d * Kd + 4 * d * Vd + 2 * d * H * self._head_projections
+        if cfg.use_gate:
+            products += 2 * d * Vd
+        if cfg.use_short_conv:
+            products += 2 * cfg.conv_size * (2 * Kd + Vd)
+        recurrence = H * ((6 + self._decay) * K * V + 2 * V + K + self._decay)
+        return FlopCount.training(products + recurrence)
+
     def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None):
         self._check_device(x)
         if self.kernel == "chunk":
@@ -225,6 +247,7 @@ class DeltaNetMixer(_DeltaBase):
                 )
         from fla.layers import DeltaNet
 
+        self._head_projections = int(cfg.use_beta)
         self.layer = DeltaNet(
             hidden_size=d_model, expand_k=cfg.expand_k, expand_v=cfg.expand_v, num_heads=cfg.num_heads,
             use_beta=cfg.use_beta, use_gate=cfg.use_gate, use_short_conv=cfg.use_short_conv,
@@ -243,6 +266,8 @@ class DeltaNetMixer(_DeltaBase):
 
 @register_mixer("gated-deltanet", config=GatedDeltaNetConfig)
 class GatedDeltaNetMixer(_DeltaBase):
+    _head_projections = 2  # a_proj (the decay) and b_proj (beta)
+    _decay = 1
     def __init__(self, cfg: GatedDeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
         head_dim = cfg.head_dim

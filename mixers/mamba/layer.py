@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import Unit
+from harness.mixer import FlopCount, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
@@ -181,6 +181,18 @@ class MambaMixer(_MambaBase):
     def state_size(self, seq_len: int) -> int:
         return self.mamba.d_inner * (self.mamba.d_conv + self.mamba.d_state)
 
+    def flops_per_token(self, context: int) -> FlopCount:
+        """Products, with E = expand * d, N = d_state, R = dt_rank: ``in_proj`` ``4 d E``, the conv ``2 E d_conv``,
+        ``x_proj`` ``2 E (R + 2 N)``, ``dt_proj`` ``2 R E``, ``out_proj`` ``2 E d``; the selective scan as
+        ``selective_scan_ref`` computes it, per channel and state float 8 (the discretised decay, a product and an
+        exponential; the input ``dt B u``, two products; the state update, a multiply-add; the read ``C h``, a
+        multiply-add) and per channel 6 (dt's bias and softplus, the skip ``D u``, the gate ``silu(z)``):
+        ``E (8 N + 6)`` (docs/flops.md)."""
+        m = self.mamba
+        E, N, R, d = m.d_inner, m.d_state, m.dt_rank, self.d_model
+        products = 4 * d * E + 2 * E * m.d_conv + 2 * E * (R + 2 * N) + 2 * R * E + 2 * E * d
+        return FlopCount.training(products + E * (8 * N + 6))
+
     def _own_forward(self) -> bool:
         return self.kernel == "fused"
 
@@ -268,6 +280,23 @@ class Mamba2Mixer(_MambaBase):
     def state_size(self, seq_len: int) -> int:
         m = self.mamba
         return self._conv_dim * m.d_conv + m.nheads * m.headdim * m.d_state
+
+    def flops_per_token(self, context: int) -> FlopCount:
+        """Products, with E = expand * d, H heads of P = headdim, G groups of N = d_state: ``in_proj``
+        ``2 d (2 E + 2 G N + H)``, the conv ``2 (E + 2 G N) d_conv``, ``out_proj`` ``2 E d``; the SSD as the
+        reference (``ssd_minimal_discrete``) computes it in chunks of L = 64 (the length padded to a multiple),
+        per padded position and head: the chunk's ``C B^T`` and its product with the inputs ``2 L (N + P)``, the
+        chunk states and their read ``4 P N``, and elementwise the decays (``3 L + N + 2 P + 4``); per sequence
+        and head the recurrence over the c chunks, ``(c + 1)^2 (2 P N + 2)`` (docs/flops.md). The CUDA kernel
+        chunks by ``chunk_size`` (256) and spends more on the in-chunk terms."""
+        m = self.mamba
+        E, H, P, N, G, d = m.d_ssm, m.nheads, m.headdim, m.d_state, m.ngroups, self.d_model
+        products = 2 * d * (2 * E + 2 * G * N + H) + 2 * (E + 2 * G * N) * m.d_conv + 2 * E * d
+        L = mamba_routing.CPU_SSD_BLOCK
+        chunks = -(-context // L)
+        per_position = 2 * L * (N + P) + 4 * P * N + 3 * L + N + 2 * P + 4
+        per_sequence = (chunks + 1) ** 2 * (2 * P * N + 2)
+        return FlopCount.training(products + H * (chunks * L * per_position + per_sequence) / context)
 
     def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor]):
         from mamba_ssm.modules import mamba2

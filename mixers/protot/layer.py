@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import KernelBenchmark, Mixer, Unit
+from harness.mixer import FlopCount, KernelBenchmark, Mixer, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
@@ -108,6 +108,21 @@ class ProtoT(Mixer):
         log_beta = F.logsigmoid(self.beta_logit.detach())
         return kernel_benchmark(self.kernel, log_beta, self.cfg.mass_floor, self.cfg.chunk_size, self.value_dim,
                                 batch, seq_len, torch.device(device))
+
+    def flops_per_token(self, context: int) -> FlopCount:
+        """Write logits ``2 d R``, values ``V`` and output ``U`` (``2 d m`` each, m = d/2), in layers that read
+        with their own gate the read query ``W`` (``2 d^2``) and read logits (``2 d R``), in conv layers the
+        value conv (``2 m conv_width``); the recurrent kernel (the definition): per position and channel the read
+        ``PM = S / M`` and its weighting by rho (3 per value float: a division and a multiply-add), the decay,
+        write and sum of ``S`` (3 per value float) and 3 for the mass (its floor, decay and write):
+        ``6 R m + 3 R`` (docs/flops.md). The gates' softmaxes are elementwise and not counted."""
+        d, R, m = self.d_model, self.cfg.n_prototypes, self.value_dim
+        products = 2 * d * R + 4 * d * m
+        if not self.shared_routing:
+            products += 2 * d * d + 2 * d * R
+        if self.has_conv:
+            products += 2 * m * self.cfg.conv_width
+        return FlopCount.training(products + 6 * R * m + 3 * R)
 
     def no_weight_decay(self) -> set[str]:
         return {"prototypes"}
