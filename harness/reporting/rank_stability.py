@@ -248,7 +248,8 @@ def column_stability(table: Table, column: Column, by_budget: dict[int, dict[str
 
 def board_stability(table: Table, config: BoardConfig | None = None) -> list[ColumnStability]:
     """Every score column of every budget series with more than one budget (on the board or in
-    ``Table.earlier``), where the series has a value at its largest budget and the suite scored the trained models
+    ``Table.earlier``), where the series has a value at its largest budget and at a smaller one, and the suite
+    scored the trained models
     (a mixer-scoped suite gives every budget the same cell); single-budget series give nothing."""
     out = []
     for series, by_budget in series_of([*table.rows, *table.earlier]).items():
@@ -262,5 +263,8 @@ def board_stability(table: Table, config: BoardConfig | None = None) -> list[Col
             if column.role != "score" or column.suite not in trained or not any(
                     table.cell(r, column) is not None for r in by_budget[largest].values()):
                 continue
+            if not any(table.cell(r, column) is not None for b, rows in by_budget.items() if b != largest
+                       for r in rows.values()):
+                continue  # no smaller budget was scored on it (the quickstart's extra budgets feed one suite)
             out.append(column_stability(table, column, by_budget, config, series, label))
     return out
