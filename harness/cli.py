@@ -312,6 +312,8 @@ def _list_mixers(args: argparse.Namespace) -> None:
     entries = MIXERS.entries()
     for entry in [e for e in entries if not e.cls.control]:
         _describe_mixer(entry)
+    for pattern, description in MIXERS.patterns.items():
+        print(f"{pattern}\n  {description}")
     controls = [e for e in entries if e.cls.control]
     if controls:
         print("\ncontrols (trained and scored beside the mixers of every grid, never ranked; docs/controls.md):")
@@ -322,6 +324,8 @@ def _list_mixers(args: argparse.Namespace) -> None:
 def _describe_mixer(entry) -> None:
     import dataclasses
 
+    from harness.store.provenance import package_versions
+
     fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(entry.config_cls))
     kind = " (control: context-free)" if entry.cls.context_free else (" (control)" if entry.cls.control else "")
     print(f"{entry.name}{kind}")
@@ -330,7 +334,13 @@ def _describe_mixer(entry) -> None:
     print(f"  kernels:      {', '.join(entry.cls.kernels)} (reference: {entry.cls.kernels[0]})")
     print(f"  capabilities: {', '.join(entry.cls.capabilities())}")
     print(f"  config:       {fields or '(none)'}")
+    if getattr(entry.cls, "paper", ""):
+        print(f"  paper:        {entry.cls.paper}")
+    versions = package_versions(tuple(getattr(entry.cls, "packages", ())))
+    if versions:
+        print(f"  packages:     {', '.join(f'{name} {version}' for name, version in versions.items())}")
     print(f"  source:       {entry.source}")
+
 
 
 def cmd_suites(args: argparse.Namespace) -> int:

@@ -5,7 +5,8 @@ Three ways to get a class into a registry, all ending in the same ``register_*``
 * built-ins: the packages ``mixers``, ``suites`` and ``reproductions`` are imported on the first lookup;
 * installed plugins: entry points in the groups ``mixbench.mixers`` / ``mixbench.suites`` (the entry point's
   value is a module or object whose import runs ``@register_mixer``); loaded on the first lookup;
-* ``--plugin module.path`` on the CLI, which calls :func:`load_plugins`.
+* ``--plugin module.path`` on the CLI, which calls :func:`load_plugins`;
+* a name resolver (:meth:`Registry.add_resolver`) that builds ``<prefix>:<rest>`` names on first use.
 
 Unknown names raise :class:`UnknownNameError` listing what is registered and the closest match. Registering a
 name twice is an error naming both sources unless the second registration says ``override=True``; a broken
@@ -57,6 +58,8 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
         self.broken: dict[str, str] = {}  # entry points that failed to import: name -> reason
+        self._resolvers: dict[str, Callable[[str], tuple[type[T], type]]] = {}
+        self.patterns: dict[str, str] = {}  # name pattern -> what it builds (for the listings)
 
     def register(self, name: str, config: type | None = None, override: bool = False) -> Callable[[type[T]], type[T]]:
         config = config or EmptyConfig
@@ -101,8 +104,21 @@ class Registry(Generic[T]):
                     stacklevel=2,
                 )
 
+    def add_resolver(self, prefix: str, resolve: Callable[[str], tuple[type[T], type]], pattern: str,
+                     description: str) -> None:
+        """Names ``<prefix>:<rest>`` are built on first use by ``resolve(rest) -> (class, config class)`` and then
+        registered like any other (the generic fla adapter, ``fla:HGRN2Attention``); errors are ``resolve``'s.
+        ``pattern`` and ``description`` are what the listings print."""
+        self._resolvers[prefix] = resolve
+        self.patterns[pattern] = description
+
     def get(self, name: str) -> Entry[T]:
         self.ensure_loaded()
+        if name not in self._entries and ":" in name:
+            prefix, rest = name.split(":", 1)
+            if prefix in self._resolvers:
+                cls, config = self._resolvers[prefix](rest)
+                self.register(name, config)(cls)
         try:
             return self._entries[name]
         except KeyError:

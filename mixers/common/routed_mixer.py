@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -83,13 +82,9 @@ class RoutedMixer(Mixer):
         return {n for n, p in self.named_parameters() if getattr(p, "_no_weight_decay", False) and p.ndim >= 2}
 
     def package_versions(self) -> dict[str, str]:
-        versions = {}
-        for name in self.packages:
-            try:
-                versions[name] = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        return versions
+        from harness.store.provenance import package_versions
+
+        return package_versions(tuple(self.packages))
 
     # ------------------------------------------------------------------ interventions
     def _output_projection(self) -> nn.Linear:

@@ -13,9 +13,7 @@ CUDA tensors); otherwise plain torch does, using fla's own naive references wher
 * ``gated_deltanet.chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule``:
   ``naive_recurrent_gated_delta_rule``; under "naive-chunk", for several tokens, ``naive_chunk_gated_delta_rule``;
   under "chunk", :func:`mixers.deltanet.delta_rule.chunk_delta_rule` with the gate;
-* ``causal_conv1d`` / ``causal_conv1d_update`` (ShortConvolution, GatedDeltaNet's fused q/k/v conv): depthwise
-  ``F.conv1d`` with the kernels' cache semantics (the cache holds the last ``W`` inputs);
-* ``layernorm.rms_norm`` / ``fused_norm_gate.rms_norm_gated``: ``layernorm.rms_norm_ref`` (then the output gate).
+* the short convolutions and norms the layers are built from: :func:`mixers.common.fla_modules.install`.
 
 The naive ops take their inputs without the options fla's kernels apply internally, so those are applied here
 first, as the ops' docstrings define them: ``use_qk_l2norm_in_kernel`` (q, k / sqrt(|.|^2 + 1e-6), the kernel's
@@ -31,18 +29,16 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from mixers.common.routing import current, route
+from mixers.common import fla_modules
+from mixers.common.fla_modules import l2_norm, no_varlen, routed
+from mixers.common.routing import current
 
-#: kernels that run fla's own Triton code
-PACKAGE_KERNELS = frozenset({"triton"})
 #: chunk of fla's naive chunkwise ops (kernel "naive-chunk"): any chunk gives the same result, and 16 is their
 #: fastest on CPU (fwd + bwd at B=16, T=256: delta rule 59 ms at 16 vs 67 at fla's default 32; gated 74 ms at 16
 #: vs 300 at its default 64)
 CHUNK = 16
 #: calls of at most this many tokens take the recurrence under kernel "chunk" (decode steps: one token)
 RECURRENT_MAX_TOKENS = 1
-#: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
-L2_EPS = 1e-6
 
 _INSTALLED = False
 
@@ -51,17 +47,12 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
+    fla_modules.install()  # the short convolutions and norms these layers are built from
     with warnings.catch_warnings():  # import-time noise on a machine without a GPU
         warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch.jit.script_method in fla's modules
         import fla.layers.delta_net as delta_net
         import fla.layers.gated_deltanet as gated_deltanet
-        import fla.modules.causal_conv1d.ops as conv_ops
-        import fla.modules.norm.fused_norm_gate as fused_norm_gate
-        import fla.modules.norm.layernorm as layernorm
-
-    def routed(package_fn, torch_fn, probe):
-        return route(package_fn, torch_fn, probe=probe, package_kernels=PACKAGE_KERNELS)
 
     delta_net.chunk_delta_rule = routed(delta_net.chunk_delta_rule, _delta_rule, "q")
     delta_net.fused_recurrent_delta_rule = routed(delta_net.fused_recurrent_delta_rule, _delta_rule, "q")
@@ -69,25 +60,7 @@ def install() -> None:
     gated_deltanet.fused_recurrent_gated_delta_rule = routed(
         gated_deltanet.fused_recurrent_gated_delta_rule, _gated_delta_rule, "q"
     )
-    conv = routed(conv_ops.causal_conv1d, _causal_conv1d, "x")
-    conv_ops.causal_conv1d = conv  # ShortConvolution.forward
-    gated_deltanet.causal_conv1d = conv  # GatedDeltaNet's fused q/k/v convolution
-    conv_ops.causal_conv1d_update = routed(conv_ops.causal_conv1d_update, _causal_conv1d_update, "x")
-    layernorm.rms_norm = routed(layernorm.rms_norm, _rms_norm, "x")
-    fused_norm_gate.rms_norm_gated = routed(fused_norm_gate.rms_norm_gated, _rms_norm_gated, "x")
     _INSTALLED = True
-
-
-def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.square().sum(-1, keepdim=True) + L2_EPS)).to(x.dtype)
-
-
-def _no_varlen(cu_seqlens, unsupported: dict) -> None:
-    if cu_seqlens is not None:
-        raise NotImplementedError("fla's torch path has no variable-length (cu_seqlens) support.")
-    if unsupported:
-        raise NotImplementedError(f"fla's torch path does not take {', '.join(sorted(unsupported))}.")
 
 
 def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
@@ -97,9 +70,9 @@ def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_stat
 
     from mixers.deltanet.delta_rule import chunk_delta_rule
 
-    _no_varlen(cu_seqlens, unsupported)
+    no_varlen(cu_seqlens, unsupported)
     if use_qk_l2norm_in_kernel:
-        q, k = _l2norm(q), _l2norm(k)
+        q, k = l2_norm(q), l2_norm(k)
     q, k, v, beta = (t.transpose(1, 2) for t in (q, k, v, beta))  # head-first
     T = q.shape[2]
     if current() == "chunk" and T > RECURRENT_MAX_TOKENS:
@@ -130,11 +103,11 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
 
     from mixers.deltanet.delta_rule import chunk_delta_rule
 
-    _no_varlen(cu_seqlens, unsupported)
+    no_varlen(cu_seqlens, unsupported)
     if q.shape[2] != v.shape[2]:
         raise NotImplementedError("fla's naive gated delta rule has no grouped values (num_v_heads > num_heads).")
     if use_qk_l2norm_in_kernel:
-        q, k = _l2norm(q), _l2norm(k)
+        q, k = l2_norm(q), l2_norm(k)
     if use_gate_in_kernel:
         g = naive_gdn_gate(g, A_log, dt_bias)
     if beta is None:
@@ -158,49 +131,3 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
     if final is not None and state_v_first:
         final = final.transpose(-1, -2)
     return o.to(v.dtype), final
-
-
-def _causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
-                   activation=None, backend=None, cu_seqlens=None, **unsupported):
-    """fla's ``causal_conv1d``: x [B, T, D], weight [D, W]; the cache [B, D, W] holds the last W inputs."""
-    _no_varlen(cu_seqlens, {k: v for k, v in unsupported.items() if v is not None})
-    B, T, D = x.shape
-    W = weight.shape[1]
-    inputs = x.transpose(1, 2)
-    history = initial_state.to(x.dtype) if initial_state is not None else x.new_zeros(B, D, W)
-    window = torch.cat([history, inputs], dim=-1)
-    y = F.conv1d(window[..., 1:], weight.unsqueeze(1), bias, groups=D).transpose(1, 2)
-    if activation in ("silu", "swish"):
-        y = F.silu(y)
-    if residual is not None:
-        y = y + residual
-    return y, (window[..., -W:] if output_final_state else None)
-
-
-def _causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None):
-    """fla's one-token conv update; returns the output and a new cache (the Triton kernel writes it in place)."""
-    cache = torch.cat([cache[..., 1:], x.reshape(cache.shape[0], cache.shape[1], 1).to(cache.dtype)], dim=-1)
-    y = (cache * weight).sum(-1) if weight is not None else cache.sum(-1)
-    if bias is not None:
-        y = y + bias
-    if activation in ("silu", "swish"):
-        y = F.silu(y)
-    y = y.to(x.dtype).view(x.shape)
-    return (y + residual if residual is not None else y), cache
-
-
-def _rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
-    from fla.modules.norm.layernorm import rms_norm_ref
-
-    return rms_norm_ref(x, weight, bias, residual=residual, eps=eps, prenorm=prenorm, upcast=True)
-
-
-def _rms_norm_gated(x, g, weight, bias, activation="swish", residual=None, prenorm=False, residual_in_fp32=False,
-                    eps=1e-6):
-    from fla.modules.norm.layernorm import rms_norm_ref
-
-    if prenorm or residual is not None:
-        raise NotImplementedError("fla's torch gated norm takes no residual.")
-    y = rms_norm_ref(x.float(), weight, bias, eps=eps, upcast=True)
-    gate = F.silu(g.float()) if activation in ("swish", "silu") else torch.sigmoid(g.float())
-    return (y * gate).to(x.dtype)

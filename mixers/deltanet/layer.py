@@ -99,8 +99,14 @@ class _DeltaBase(RoutedMixer):
     cuda_dtype = torch.bfloat16  # fla's chunk delta-rule kernel asserts non-fp32 inputs
     layer: nn.Module
 
+    #: the ``fla.layers`` class wrapped (``fla:<it>`` runs on CPU through :meth:`install_routes`)
+    fla_layer: str = ""
+
     def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
+        self.install_routes()
+
+    def install_routes(self) -> None:
         fla_routing.install()
 
     def _finish_init(self) -> None:
@@ -236,6 +242,8 @@ class _DeltaBase(RoutedMixer):
 @register_mixer("deltanet", config=DeltaNetConfig)
 class DeltaNetMixer(_DeltaBase):
     quickstart = True  # one of the paper's four mixers: trained and scored by `mixbench quickstart`
+    fla_layer = "DeltaNet"
+    paper = "Parallelizing Linear Transformers with the Delta Rule over Sequence Length (Yang et al., NeurIPS 2024)"
 
     def __init__(self, cfg: DeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
@@ -266,8 +274,11 @@ class DeltaNetMixer(_DeltaBase):
 
 @register_mixer("gated-deltanet", config=GatedDeltaNetConfig)
 class GatedDeltaNetMixer(_DeltaBase):
+    fla_layer = "GatedDeltaNet"
+    paper = "Gated Delta Networks: Improving Mamba2 with Delta Rule (Yang, Kautz and Hatamizadeh, ICLR 2025)"
     _head_projections = 2  # a_proj (the decay) and b_proj (beta)
     _decay = 1
+
     def __init__(self, cfg: GatedDeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
         head_dim = cfg.head_dim
