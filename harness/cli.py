@@ -60,6 +60,9 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
 
     p = sub.add_parser("mixers", parents=[_common(False)], help="list registered mixers, kernels and capabilities")
     p.add_argument("--config", default=None, metavar="MIXER", help="print this mixer's config fields (type, default, doc)")
+    p.add_argument("--table", default=None, metavar="PRESET", nargs="?", const="quick",
+                   help="a Markdown table of every mixer's paper, decode state, FLOPs per token and kernels at this "
+                        "preset's backbone (default quick; builds each mixer)")
 
     p = sub.add_parser("suites", parents=[_common(False)], help="list suites with their config fields (type, default, doc)")
     p.add_argument("names", nargs="*", metavar="SUITE", help="only these suites (default: every one)")
@@ -295,6 +298,12 @@ def _train_overrides(args: argparse.Namespace) -> dict:
 
 def cmd_mixers(args: argparse.Namespace) -> int:
     from harness.reporting.listings import cached, printed
+
+    if args.table is not None:
+        from harness.reporting import mixer_table
+
+        print(mixer_table.render(mixer_table.mixer_costs(args.table), args.table), end="")
+        return 0
 
     print(cached(f"mixers-{args.config or ''}", args.plugin, printed(lambda: _list_mixers(args))), end="")
     return 0
