@@ -150,6 +150,20 @@ def _kernel_sites(name: str) -> list[tuple[object, str]]:
         import fla.ops.simple_gla.naive as simple_naive
 
         return [(gla_naive, "naive_recurrent_gla") if name == "gla" else (simple_naive, "naive_recurrent_simple_gla")]
+    if name == "rwkv7":
+        from mixers.rwkv7 import fla_routing as rwkv7_routing
+
+        rwkv7_routing.install()
+        import fla.ops.generalized_delta_rule.dplr.naive as dplr_naive
+
+        return [(dplr_naive, "dplr_recurrence")]
+    if name == "gated-deltaproduct":
+        from mixers.deltaproduct import fla_routing as product_routing
+
+        product_routing.install()
+        import fla.ops.gated_delta_product.naive as product_naive
+
+        return [(product_naive, "naive_recurrent_gated_delta_product")]
     raise KeyError(name)
 
 
@@ -219,6 +233,9 @@ SHAPES: dict[str, list[tuple[int, int, dict, int]]] = {
             (48, 70, {"num_heads": 3, "use_short_conv": True, "gate_low_rank_dim": 8}, 0)],
     "retnet": [(32, 24, {}, 0), (64, 40, {"num_heads": 2, "expand_v": 1.0}, 0),
                (48, 70, {"num_heads": 3, "use_short_conv": True, "use_output_gate": False}, 0)],
+    "gated-deltaproduct": [(32, 24, {}, 0), (64, 40, {"num_heads": 2, "head_dim": 16, "num_householder": 3}, 0),
+                           (48, 32, {"use_output_gate": False, "use_forget_gate": False, "expand_v": 1.0}, 0)],
+    "rwkv7": [(32, 24, {}, 0), (64, 40, {"head_dim": 16}, 0), (48, 70, {"head_dim": 24, "gate_low_rank_dim": 16}, 0)],
     "protot": [(32, 24, {}, 0), (64, 40, {"n_prototypes": 8}, 1), (48, 32, {"n_prototypes": 16}, 2)],
     "none": [(32, 24, {}, 0), (64, 40, {}, 0), (48, 32, {}, 0)],
     "mean": [(32, 24, {}, 0), (64, 40, {}, 0), (48, 32, {}, 0)],

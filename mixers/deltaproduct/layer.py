@@ -1,0 +1,167 @@
+"""Gated DeltaProduct (``gated-deltaproduct``) from flash-linear-attention's own ``GatedDeltaProduct`` layer.
+
+DeltaProduct (Siems et al., 2025) takes ``n`` (``num_householder``) delta-rule steps per token, each with its own
+key, value and strength, so each token's state transition is a product of ``n`` generalised Householder matrices
+(times the forget gate's decay in the gated variant): ``n = 1`` is Gated DeltaNet; more steps give transitions of
+rank up to ``n``, which lets a linear RNN track states a single step cannot.
+
+The mixer is one ``fla.layers.GatedDeltaProduct`` at the backbone width (:class:`FlaLayerMixer` does the calls,
+the state and the initialisation); its sequence ops are routed per call by :mod:`mixers.deltaproduct.fla_routing`.
+Kernels:
+
+* ``recurrent`` — the reference: fla's ``naive_recurrent_gated_delta_product``, step by step;
+* ``chunk`` — the default off CUDA: mixbench's chunked WY/UT delta rule
+  (:func:`mixers.deltanet.delta_rule.chunk_delta_rule`) over the interleaved ``n T`` steps
+  (:mod:`mixers.deltaproduct.product_rule`); decode steps take the recurrence;
+* ``triton`` — fla's Triton kernels, under bf16 autocast (its chunk kernel rejects fp32).
+
+Config decisions (fla's defaults, which are the paper's): ``num_householder = 2`` (the smallest product that
+solves S3 state tracking in the paper) and ``allow_neg_eigval = True``: beta in (0, 2), so each Householder factor
+``I - beta k k^T`` has an eigenvalue in (-1, 1) instead of (0, 1). The paper's state-tracking results need it (with
+eigenvalues in [0, 1] a product of Householders cannot express the reflections and permutations of S3; Grazzi et
+al., 2025), so unlike ``gated-deltanet`` (fla's ``False``) it is on by default here; set it false to compare the
+[0, 1] range. Widths follow ``gated-deltanet``'s rule: ``head_dim = 0`` gives num_heads * head_dim = 0.75
+d_model (d_model / 8 with the 6 default heads: 8 at preset tiny, 16 at quick), values ``expand_v`` wider.
+
+State (fla's cache entries for the layer): ``recurrent_state`` [B, H, K, V] and, with short convolutions,
+``conv_state``, the last ``conv_size`` inputs of the q, k and v convolutions (k's and v's are n times wider, one
+slice per Householder step): O(1) in the length. Units are heads (zeroed before ``o_proj`` by the mask
+intervention), each with its decay and half-life at zero input when the forget gate is on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from harness.errors import ConfigError
+from harness.mixer import FlopCount, Unit
+from harness.registry import register_mixer
+from harness.values import option
+from mixers.common.fla_layer import FlaLayerMixer
+from mixers.deltaproduct import fla_routing, product_rule
+
+
+@dataclass(frozen=True)
+class GatedDeltaProductConfig:
+    """``fla.layers.GatedDeltaProduct`` options; fla's defaults except head_dim. fla's 256 is sized for d_model
+    2048; 0 applies fla's sizing rule instead, as ``gated-deltanet`` does (num_heads * head_dim = 0.75 d_model):
+    head_dim = d_model / 8 with the 6 default heads."""
+
+    num_householder: int = option(2, "Householder (delta-rule) steps per token; 1 is Gated DeltaNet", min=1)
+    allow_neg_eigval: bool = option(True, "beta in (0, 2): transition eigenvalues in (-1, 1), the paper's "
+                                          "state-tracking setting")
+    use_forget_gate: bool = option(True, "per-head decay of the state (the 'gated' of Gated DeltaProduct)")
+    num_heads: int = option(6, "heads", min=1)
+    head_dim: int = option(0, "key channels per head; 0 = fla's sizing rule (d_model / 8 with 6 heads)", min=0)
+    expand_v: float = option(2.0, "value width per head = expand_v * head_dim", gt=0)
+    use_output_gate: bool = option(True, "output gate (gated RMSNorm)")
+    use_short_conv: bool = option(True, "short causal convs on q, k, v")
+    conv_size: int = option(4, "width of those convs", min=2)
+
+
+@register_mixer("gated-deltaproduct", config=GatedDeltaProductConfig)
+class GatedDeltaProductMixer(FlaLayerMixer):
+    fla_layer = "GatedDeltaProduct"
+    paper = ("DeltaProduct: Improving State-Tracking in Linear RNNs via Householder Products (Siems et al., 2025), "
+             "arXiv:2502.10297")
+    cuda_dtype = torch.bfloat16  # fla's chunk_gated_delta_product asserts non-fp32 inputs
+
+    def __init__(self, cfg: GatedDeltaProductConfig, d_model: int, layer_idx: int, n_layers: int):
+        head_dim = cfg.head_dim
+        if not head_dim:
+            if (3 * d_model) % (4 * cfg.num_heads):
+                raise ConfigError(
+                    f"gated-deltaproduct: 0.75 * d_model ({0.75 * d_model:g}) is not a multiple of num_heads "
+                    f"({cfg.num_heads}); set head_dim explicitly."
+                )
+            head_dim = 3 * d_model // (4 * cfg.num_heads)
+        if head_dim * cfg.expand_v != int(head_dim * cfg.expand_v):
+            raise ConfigError(
+                f"gated-deltaproduct: head_dim * expand_v ({head_dim * cfg.expand_v:g}) must be an integer."
+            )
+        super().__init__(cfg, d_model, layer_idx, n_layers)
+        from fla.layers import GatedDeltaProduct
+
+        self.layer = GatedDeltaProduct(
+            hidden_size=d_model, expand_v=cfg.expand_v, head_dim=head_dim, num_heads=cfg.num_heads,
+            use_output_gate=cfg.use_output_gate, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
+            use_forget_gate=cfg.use_forget_gate, allow_neg_eigval=cfg.allow_neg_eigval,
+            num_householder=cfg.num_householder, layer_idx=0,
+        )
+        self.finish_init()
+
+    def install_routes(self) -> None:
+        fla_routing.install()
+
+    def chunk_lengths(self) -> tuple[int, ...]:
+        """Tokens per chunk of kernel ``chunk`` (whole tokens of the interleaved steps)."""
+        return (product_rule.tokens_per_chunk(self.cfg.num_householder),)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def _conv_dims(self) -> tuple[int, int, int]:
+        n, layer = self.cfg.num_householder, self.layer
+        return layer.key_dim, n * layer.key_dim, n * layer.value_dim
+
+    def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+        """``recurrent_state`` [B, H, K, V] (fla's layout for this layer, keys first) and, with short convolutions,
+        ``conv_state``: the q, k, v caches [B, channels, conv_size]."""
+        layer = self.layer
+        cache: dict[str, Any] = {"recurrent_state": torch.zeros(
+            batch_size, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim, device=device, dtype=dtype)}
+        if self.cfg.use_short_conv:
+            cache["conv_state"] = tuple(torch.zeros(batch_size, d, self.cfg.conv_size, device=device, dtype=dtype)
+                                        for d in self._conv_dims)
+        return cache
+
+    def state_size(self, seq_len: int) -> int:
+        layer = self.layer
+        conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
+        return layer.num_v_heads * layer.head_k_dim * layer.head_v_dim + conv
+
+    # ------------------------------------------------------------------ cost
+    def flops_per_token(self, context: int) -> FlopCount:
+        """With n = num_householder, H heads, K = head_dim, V = expand_v K, Kd = H K, Vd = H V, W = conv_size.
+
+        Products: q ``2 d Kd``; k and v, n per token, ``2 n d (Kd + Vd)``; o ``2 d Vd``; beta, n per head,
+        ``2 n d H``; the forget gate's ``a_proj`` ``2 d H``; the output gate ``2 d Vd``; the short convs
+        ``2 W (Kd + n Kd + n Vd)``, each when configured.
+
+        The recurrence as fla's reference (``naive_recurrent_gated_delta_product``) computes it, per head and
+        token: per Householder step the read ``S^T k`` (a product and a sum per state float), the write
+        ``S + beta k (v - S^T k)^T`` (the outer product, its scaling by beta and the addition: 3), ``5 K V + V``;
+        then the output ``S^T q`` (2 K V), the query's scale (K) and, with the forget gate, the state's decay and
+        its exponential (K V + 1):
+
+            H (n (5 K V + V) + 2 K V + K + gate (K V + 1))
+
+        (as ``_DeltaBase.flops_per_token``, with the recurrence and the k, v, beta projections n times over).
+        Backward is twice the forward (docs/flops.md)."""
+        layer, d, cfg = self.layer, self.d_model, self.cfg
+        n, H, K, V = cfg.num_householder, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
+        Kd, Vd = H * K, H * V
+        gate = int(cfg.use_forget_gate)
+        products = 2 * d * Kd + 2 * n * d * (Kd + Vd) + 2 * d * Vd + 2 * n * d * H + gate * 2 * d * H
+        if cfg.use_output_gate:
+            products += 2 * d * Vd
+        if cfg.use_short_conv:
+            products += 2 * cfg.conv_size * (Kd + n * Kd + n * Vd)
+        recurrence = H * (n * (5 * K * V + V) + 2 * K * V + K + gate * (K * V + 1))
+        return FlopCount.training(products + recurrence)
+
+    # ------------------------------------------------------------------ units
+    def units(self) -> list[Unit]:
+        if not self.cfg.use_forget_gate:
+            return super().units()
+        gate = -torch.exp(self.layer.A_log.detach().float()) * F.softplus(self.layer.dt_bias.detach().float())
+        units = []
+        for h, decay in enumerate(torch.exp(gate).tolist()):  # state decay per token at zero input
+            half_life = math.log(0.5) / math.log(decay) if 0.0 < decay < 1.0 else math.inf
+            units.append(Unit(self.layer_idx, h, "head", {"decay": decay, "half_life": half_life,
+                                                          "head_v_dim": float(self._unit_width())}))
+        return units
