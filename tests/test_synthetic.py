@@ -39,6 +39,10 @@ SMALL = {
     "selective-copy": {"seq_len": 64, "num_tokens_to_copy": 8},
     "compression": {},
     "memorization": {},
+    "parity": {"seq_len": 16},
+    "mod-add": {"seq_len": 16},
+    "s3": {"seq_len": 16},
+    "s5": {"seq_len": 16},
 }
 
 
@@ -72,6 +76,14 @@ PINNED = {
     "compression/test": "c3c49f306f9b0b7a",
     "memorization/train": "1ad17a1abe4fe381",
     "memorization/test": "da67a18dda0e77a8",
+    "parity/train": "37ed7608656408aa",
+    "parity/test": "8ff3bb75cc239d9f",
+    "mod-add/train": "af09395a6a9b9e00",
+    "mod-add/test": "be9847b9d8d215ab",
+    "s3/train": "845e57bfe97b7e55",
+    "s3/test": "15cde7da392bf4dd",
+    "s5/train": "e0f68584077f08b8",
+    "s5/test": "9f214f262a469175",
 }
 
 
@@ -316,6 +328,15 @@ def oracle(task: str, cfg, train: TaskData):
         return _per_target(copy)
     if task == "compression":
         return _per_target(lambda x, t: x[t])
+    if TASKS[task].state_tracking:  # the running product, one composition at a time (Cayley table lookups)
+        table = cfg.table()
+
+        def product(x, t):
+            state = int(x[0])
+            for g in x[1:t + 1]:
+                state = int(table[g, state])
+            return state
+        return _per_target(product)
     facts = {int(k): int(v) for k, v in zip(train.inputs[:, 0::2].ravel(), train.targets[:, 1::2].ravel())}
     return _per_target(lambda x, t: facts[int(x[t - 1])])
 

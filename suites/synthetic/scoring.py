@@ -70,6 +70,32 @@ def score_split(predict: Predictor, data: TaskData, batch_size: int, device: tor
     return ExampleScores(correct, total)
 
 
+def position_hits(predict: Predictor, data: TaskData, batch_size: int,
+                  device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Per position: whether ``predict`` emits the target (``hits``) and whether there is one (``mask``), both
+    bool ``[N, T]``; one pass over ``data``, from which :func:`window_scores` cuts any range of positions."""
+    n, T = data.inputs.shape
+    hits = np.zeros((n, T), dtype=bool)
+    mask = data.targets != IGNORE
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        x = torch.from_numpy(data.inputs[start:stop]).to(device)
+        y = torch.from_numpy(data.targets[start:stop]).to(device)
+        m = y != IGNORE
+        pred = predict(x, m)
+        if pred.shape != (int(m.sum()),):
+            raise ValueError(f"a predictor returned {tuple(pred.shape)} predictions for {int(m.sum())} targets")
+        block = torch.zeros_like(m)
+        block[m] = pred.to(y.device) == y[m]
+        hits[start:stop] = block.cpu().numpy()
+    return hits, mask
+
+
+def window_scores(hits: np.ndarray, mask: np.ndarray, start: int, stop: int) -> ExampleScores:
+    """Per example, the targets of positions ``[start, stop)`` predicted exactly, out of those there are."""
+    return ExampleScores(hits[:, start:stop].sum(1).astype(np.int64), mask[:, start:stop].sum(1).astype(np.int64))
+
+
 def item_ids(fingerprint: str, n: int) -> tuple[str, ...]:
     """Ids of a split's examples: the split's content hash and the index, equal across mixers for equal data."""
     return tuple(f"{fingerprint[:12]}:{i}" for i in range(n))

@@ -11,6 +11,11 @@ accuracy and reports its test accuracy at the target positions. Metrics, per set
   summed over layers; attention's KV cache grows with the length), role ``diagnostic``;
 * ``K/S/extrap_xF_acc`` - MQAR's first setting tested at F times its length, for mixers that declare
   ``length_extrapolation`` (diagnostic: it exists for some mixers only; named off the ``*/acc`` headline);
+* state-tracking settings (docs/state_tracking.md) add ``K/S/final_acc``, the accuracy at the last position
+  (the state after the whole sequence; Wilson over examples), and are each tested at F times their trained
+  length L: ``K/S/extrap_xF_acc`` over the positions past L (prefix lengths never trained) and
+  ``K/S/extrap_xF_final_acc`` at the last one. Mixers that declare no length extrapolation are not tested past L
+  unless ``extrapolate_all`` asks for it (their model is then built for the longest length and trained at L);
 
 and per task ``K/avg`` (``K/avg_3of5`` on part of a grid): the MAD score, the mean over the task's settings,
 role ``diagnostic`` so that no setting votes twice on the board (docs/synthetic.md, "Votes").
@@ -37,8 +42,10 @@ from suites.synthetic import site
 from suites.synthetic.data import torch_seed
 from suites.synthetic.plots import plot_accuracy_vs_state
 from suites.synthetic.site import PLOT_NAME
-from suites.synthetic.scoring import ExampleScores, accuracy_metric, average_metric, item_ids, score_split
-from suites.synthetic.tasks import TASKS, TaskSpec, get_task, parse_settings
+from suites.synthetic.scoring import (
+    ExampleScores, accuracy_metric, average_metric, item_ids, position_hits, score_split, window_scores,
+)
+from suites.synthetic.tasks import DEFAULT_TASKS, TaskSpec, expand_tasks, get_task, parse_settings
 from suites.synthetic.train import TrainSettings, sweep
 
 GRIDS = ("base", "full")
@@ -49,7 +56,7 @@ class SyntheticConfig:
     """What runs and how it trains. The defaults are sized for a 2-core CPU; docs/synthetic.md says why each is
     what it is and how it relates to zoology's and MAD's protocols."""
 
-    tasks: tuple[str, ...] = tuple(TASKS)  # tasks to run, in order
+    tasks: tuple[str, ...] = DEFAULT_TASKS  # tasks (or groups: recall, state-tracking) to run, in order
     grid: str = "base"  # base: MQAR (64,4) (128,8) (256,16) and each MAD baseline; full: MAD's sweep, zoology's 5
     settings: str = ""  # replaces the grid of the tasks it names: "mqar:seq_len=64,num_kv_pairs=4;compression:"
     d_model: int = 64  # width of the trained models
@@ -65,12 +72,14 @@ class SyntheticConfig:
     valid_examples: int = 256  # examples of the validation split (sweep choice, early stop)
     test_examples: int = 1000  # examples of the test split (reported accuracy)
     eval_batch_size: int = 128  # batch of validation and test passes
-    extrapolation: tuple[int, ...] = (2, 4)  # MQAR's first setting tested at these multiples of its length
+    extrapolation: tuple[int, ...] = (2, 4)  # MQAR's first setting and every state-tracking setting tested at
+    # these multiples of its length
+    extrapolate_all: bool = False  # state tracking: test mixers that declare no length extrapolation past L too
     data_seed: int = 0  # seed of every generated split (the model seed is the run's)
     confidence: float = 0.95  # level of the Wilson intervals
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tasks", as_tuple(self.tasks, str, "synthetic: tasks"))
+        object.__setattr__(self, "tasks", expand_tasks(as_tuple(self.tasks, str, "synthetic: tasks")))
         object.__setattr__(self, "lrs", as_tuple(self.lrs, float, "synthetic: lrs"))
         object.__setattr__(self, "weight_decays", as_tuple(self.weight_decays, float, "synthetic: weight_decays"))
         object.__setattr__(self, "extrapolation", as_tuple(self.extrapolation, int, "synthetic: extrapolation"))
@@ -97,6 +106,8 @@ class SyntheticConfig:
             raise ConfigError("synthetic: warmup_frac must be in [0, 1) and grad_clip positive.")
         if any(f < 2 for f in self.extrapolation):
             raise ConfigError(f"synthetic: extrapolation factors must be integers >= 2, got {self.extrapolation}.")
+        if not isinstance(self.extrapolate_all, bool):
+            raise ConfigError(f"synthetic: extrapolate_all must be true or false, got {self.extrapolate_all!r}.")
         if not 0.5 <= self.confidence < 1:
             raise ConfigError(f"synthetic: confidence must be in [0.5, 1), got {self.confidence}.")
         stray = sorted(set(parse_settings(self.settings)) - set(self.tasks))
@@ -180,6 +191,10 @@ class Synthetic(Suite):
                 print(f"synthetic {mixer}: [{i}/{len(plan)}] {task.name}/{task.label(setting)}", file=sys.stderr,
                       flush=True)
             first_mqar = task.name == "mqar" and not any(r.task.name == "mqar" for r in results)
+            if task.state_tracking:
+                results.append(self._run_state_setting(mixer, mixer_config, task, setting, ctx, device,
+                                                       extrapolates))
+                continue
             results.append(self._run_setting(mixer, mixer_config, task, setting, ctx, device,
                                              extrapolate=first_mqar and extrapolates))
         metrics = [m for r in results for m in r.metrics] + self._averages(results)
@@ -191,7 +206,8 @@ class Synthetic(Suite):
         )
         info = {
             "mixer": mixer, "mixer_config": to_dict(mixer_config), "config": to_dict(cfg),
-            "length_extrapolation": extrapolates, "device": str(device), "torch_threads": torch.get_num_threads(),
+            "length_extrapolation": extrapolates, "extrapolate_all": cfg.extrapolate_all, "device": str(device),
+            "torch_threads": torch.get_num_threads(),
             "settings": [r.info for r in results], "wall_s": round(time.perf_counter() - t_start, 2),
         }
         return SuiteResult(metrics=metrics, plots=[plot], info=info)
@@ -218,15 +234,7 @@ class Synthetic(Suite):
         cfg: SyntheticConfig = self.cfg
         t0 = time.perf_counter()
         label = task.label(setting)
-        train = task.split(setting, cfg.data_seed, "train", task.train_examples(setting))
-        valid = task.split(setting, cfg.data_seed, "valid", cfg.valid_examples)
-        test = task.split(setting, cfg.data_seed, "test", cfg.test_examples)
-        backbone = BackboneConfig(cfg.d_model, cfg.n_layers, test.seq_len, setting.vocab_size)
-        spec = ModelSpec(mixer, dict(mixer_config), backbone)
-        key = (task.name, to_dict(setting), int(ctx.seed))
-        best, tries = sweep(spec, task.head, train, valid, cfg.grid_points(), cfg.train_settings(),
-                            torch_seed("init", *key), torch_seed("order", *key), device,
-                            f"{mixer} {task.name}/{label}", ctx.progress)
+        train, valid, test, best, tries = self._train(mixer, mixer_config, task, setting, ctx, device)
         scores = score_split(best.model.predict, test, cfg.eval_batch_size, device)
         ids = item_ids(test.fingerprint(), len(test))
         chance = task.chance(setting)
@@ -259,6 +267,82 @@ class Synthetic(Suite):
             info["extrapolation"] = extrap
         return SettingResult(task, setting, label, scores, ids, metrics, info)
 
+    def _train(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any, ctx: SuiteContext,
+               device: torch.device, context: int | None = None):
+        """Generate a setting's splits and train its model (the sweep); ``context`` overrides the backbone's
+        (the input length)."""
+        cfg: SyntheticConfig = self.cfg
+        label = task.label(setting)
+        train = task.split(setting, cfg.data_seed, "train", task.train_examples(setting))
+        valid = task.split(setting, cfg.data_seed, "valid", cfg.valid_examples)
+        test = task.split(setting, cfg.data_seed, "test", cfg.test_examples)
+        backbone = BackboneConfig(cfg.d_model, cfg.n_layers, context or test.seq_len, setting.vocab_size)
+        spec = ModelSpec(mixer, dict(mixer_config), backbone)
+        key = (task.name, to_dict(setting), int(ctx.seed))
+        best, tries = sweep(spec, task.head, train, valid, cfg.grid_points(), cfg.train_settings(),
+                            torch_seed("init", *key), torch_seed("order", *key), device,
+                            f"{mixer} {task.name}/{label}", ctx.progress)
+        return train, valid, test, best, tries
+
+    def _run_state_setting(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any,
+                           ctx: SuiteContext, device: torch.device, extrapolates: bool) -> SettingResult:
+        """A state-tracking setting: trained at its length L, scored at every position and at the last, then at
+        each extrapolation multiple past L (docs/state_tracking.md, "Protocol")."""
+        cfg: SyntheticConfig = self.cfg
+        t0 = time.perf_counter()
+        label = task.label(setting)
+        L = setting.seq_len
+        factors = cfg.extrapolation if (extrapolates or cfg.extrapolate_all) else ()
+        # a mixer without length extrapolation is built for the longest length it is tested at (and trained at L)
+        context = L * max(factors) if factors and not extrapolates else None
+        train, valid, test, best, tries = self._train(mixer, mixer_config, task, setting, ctx, device, context)
+        chance = task.chance(setting)
+        hits, mask = position_hits(best.model.predict, test, cfg.eval_batch_size, device)
+        scores = window_scores(hits, mask, 0, L)
+        final = window_scores(hits, mask, L - 1, L)
+        ids = item_ids(test.fingerprint(), len(test))
+        state = int(best.model.lm.state_size(L))
+        prefix = f"{task.name}/{label}"
+        metrics = [
+            accuracy_metric(f"{prefix}/acc", scores, ids, chance, cfg.confidence),
+            accuracy_metric(f"{prefix}/final_acc", final, ids, chance, cfg.confidence, role="diagnostic"),
+            Metric(f"{prefix}/state_floats", float(state), False, unit="floats/sequence"),
+        ]
+        curves = {"x1": _curve(hits, mask)}
+        extrap: dict[str, Any] = {}
+        for factor in factors:
+            longer = type(setting)(**{**to_dict(setting), "seq_len": L * factor})
+            data = task.split(longer, cfg.data_seed, "test", cfg.test_examples)
+            ex_hits, ex_mask = position_hits(best.model.predict, data, cfg.eval_batch_size, device)
+            ex_ids = item_ids(data.fingerprint(), len(data))
+            past = accuracy_metric(f"{prefix}/extrap_x{factor}_acc", window_scores(ex_hits, ex_mask, L, L * factor),
+                                   ex_ids, chance, cfg.confidence, role="diagnostic")
+            last = accuracy_metric(f"{prefix}/extrap_x{factor}_final_acc",
+                                   window_scores(ex_hits, ex_mask, L * factor - 1, L * factor), ex_ids, chance,
+                                   cfg.confidence, role="diagnostic")
+            metrics += [past, last]
+            curves[f"x{factor}"] = _curve(ex_hits, ex_mask)
+            extrap[f"x{factor}"] = {"seq_len": data.seq_len, "accuracy_past_L": past.value,
+                                    "final_accuracy": last.value,
+                                    "state_floats": int(best.model.lm.state_size(data.seq_len))}
+        info = {
+            "task": task.name, "label": label, "config": to_dict(setting), "source": task.source,
+            "train_examples": len(train), "valid_examples": len(valid), "test_examples": len(test),
+            "input_length": L, "targets": scores.n_targets, "accuracy": scores.accuracy,
+            "final_accuracy": final.accuracy, "chance": chance, "state_floats": state,
+            "parameters": best.model.lm.num_parameters(), "chosen": best.summary(), "tries": tries,
+            "history": best.history, "test_fingerprint": test.fingerprint(),
+            "position_accuracy": curves, "model_context": context or L,
+        }
+        if extrap:
+            info["extrapolation"] = extrap
+        elif cfg.extrapolation:
+            info["extrapolation_skipped"] = (
+                f"{mixer} declares no length extrapolation: not tested past its trained length {L} "
+                "(extrapolate_all=true builds its model for the longest length and tests it there)")
+        info["wall_s"] = round(time.perf_counter() - t0, 2)
+        return SettingResult(task, setting, label, scores, ids, metrics, info)
+
     def _averages(self, results: list[SettingResult]) -> list[Metric]:
         cfg: SyntheticConfig = self.cfg
         out = []
@@ -279,3 +363,9 @@ class Synthetic(Suite):
     @classmethod
     def site_section(cls, runs, kit) -> str:
         return site.site_section(runs, kit)
+
+
+def _curve(hits, mask) -> list[float | None]:
+    """Accuracy at each position over the examples (rounded), the per-position view of a state-tracking run."""
+    counts = mask.sum(0)
+    return [round(float(h) / float(c), 4) if c else None for h, c in zip(hits.sum(0), counts)]

@@ -3,7 +3,12 @@ reads it out (docs/synthetic.md, "Tasks" and "Difficulty grids").
 
 A *setting* is one config of one task (MQAR at (seq 128, 8 pairs); in-context recall with vocabulary 64). Its
 label names its metrics (``mqar/seq128_kv8/acc``, ``in-context-recall/vocab64/acc``): MQAR settings are labelled
-by their length and pairs, MAD settings by how they differ from MAD's baseline (``base`` for the baseline).
+by their length and pairs, MAD settings by how they differ from MAD's baseline (``base`` for the baseline),
+state-tracking settings by their trained length and what else differs (``parity/seq32``, ``mod-add/seq32_mod7``).
+
+Tasks form groups (:data:`GROUPS`): ``recall`` (MQAR and MAD's six, the suite's default) and ``state-tracking``
+(parity, modular addition, S3 and S5 word problems: opt-in, docs/state_tracking.md). A group's name may stand for
+its tasks wherever tasks are named (``tasks=state-tracking``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, UnknownNameError
-from suites.synthetic import mad
+from suites.synthetic import mad, state_tracking
 from suites.synthetic.data import TaskData, split_rng
 from suites.synthetic.mqar import MQARConfig, generate_mqar
 
@@ -28,8 +33,10 @@ HEADS = ("lm", "compression")
 SHORT = {
     "vocab_size": "vocab", "seq_len": "seq", "num_train_examples": "train", "frac_noise": "noise",
     "noise_vocab_size": "noisevocab", "num_tokens_to_copy": "copy", "k_motif_size": "kmotif",
-    "v_motif_size": "vmotif", "num_kv_pairs": "kv", "power_a": "a",
+    "v_motif_size": "vmotif", "num_kv_pairs": "kv", "power_a": "a", "modulus": "mod",
 }
+
+RECALL, STATE_TRACKING = "recall", "state-tracking"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,12 @@ class TaskSpec:
     full: tuple[dict[str, Any], ...]
     head: str
     source: str
+    #: the task group (:data:`GROUPS`): ``recall`` or ``state-tracking``
+    group: str = RECALL
+
+    @property
+    def state_tracking(self) -> bool:
+        return self.group == STATE_TRACKING
 
     def make(self, overrides: dict[str, Any]) -> Any:
         fields = {f.name: f for f in dataclasses.fields(self.config_cls)}
@@ -62,6 +75,8 @@ class TaskSpec:
         if self.name == "mqar":
             parts = [f"seq{cfg.seq_len}", f"kv{cfg.num_kv_pairs}"]
             skip = {"seq_len", "num_kv_pairs"}
+        elif self.state_tracking:
+            parts, skip = [f"seq{cfg.seq_len}"], {"seq_len"}
         else:
             skip = set()
         for f in dataclasses.fields(cfg):
@@ -93,6 +108,8 @@ def _mad_full(changes: dict[str, tuple[Any, ...]]) -> tuple[dict[str, Any], ...]
 
 
 _MAD_TRAIN_AXIS = (6400, 3200, 1600, 800)
+#: state tracking's full grid: the base (trained at 32) and longer trained lengths
+_STATE_FULL = ({}, {"seq_len": 64}, {"seq_len": 128})
 
 TASKS: dict[str, TaskSpec] = {
     t.name: t
@@ -145,8 +162,47 @@ TASKS: dict[str, TaskSpec] = {
             full=_mad_full({"vocab_size": (512, 1024, 2048, 4096, 8192)}),
             head="lm", source="mad-lab mad/data/instances.py; configs/tasks/memorization.yml",
         ),
+        TaskSpec(
+            "parity", state_tracking.ParityConfig, state_tracking.generate_word_problem, base=({},),
+            full=_STATE_FULL, head="lm", group=STATE_TRACKING,
+            source="Deletang et al. 2023 (parity check); Grazzi et al. 2025, Figure 1 (trained up to 40, tested "
+                   "40-256); labels at every position",
+        ),
+        TaskSpec(
+            "mod-add", state_tracking.ModAddConfig, state_tracking.generate_word_problem, base=({},),
+            full=_STATE_FULL + ({"modulus": 3}, {"modulus": 7}), head="lm", group=STATE_TRACKING,
+            source="the cyclic group Z_m word problem (running sum mod m; m = 5 as in Deletang et al. 2023's "
+                   "modular arithmetic, which also has operators this task leaves out)",
+        ),
+        TaskSpec(
+            "s3", state_tracking.S3Config, state_tracking.generate_word_problem, base=({},), full=_STATE_FULL,
+            head="lm", group=STATE_TRACKING,
+            source="Siems et al. 2025, DeltaProduct (S3 word problem, labels at every position)",
+        ),
+        TaskSpec(
+            "s5", state_tracking.S5Config, state_tracking.generate_word_problem, base=({},), full=_STATE_FULL,
+            head="lm", group=STATE_TRACKING,
+            source="Merrill et al. 2024, \"The Illusion of State in State-Space Models\" (S5 word problem); "
+                   "Siems et al. 2025, DeltaProduct",
+        ),
     ]
 }
+
+#: task groups by name: ``recall`` runs by default, ``state-tracking`` when asked for
+GROUPS: dict[str, tuple[str, ...]] = {
+    group: tuple(name for name, t in TASKS.items() if t.group == group) for group in (RECALL, STATE_TRACKING)
+}
+#: the tasks the suite runs when none are named: MQAR and MAD's six
+DEFAULT_TASKS = GROUPS[RECALL]
+
+
+def expand_tasks(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Task names with each group name replaced by its tasks, in order (unknown names are left for
+    :func:`get_task` to refuse)."""
+    out: list[str] = []
+    for name in names:
+        out += list(GROUPS[name]) if name in GROUPS else [name]
+    return tuple(out)
 
 
 def get_task(name: str) -> TaskSpec:

@@ -1,0 +1,186 @@
+"""State tracking: word problems on finite groups, one label per position (docs/state_tracking.md).
+
+An example is a sequence of group elements ``x_0 .. x_{T-1}`` drawn uniformly and independently; the label at
+position ``t`` is the running product ``s_t = x_t * s_{t-1}`` (``s_0 = x_0``), the state a reader must carry
+from the first token to the current one. Inputs and labels share one vocabulary: token ``g`` is the ``g``-th
+element of the group (:meth:`WordProblemConfig.elements`), so the tied LM head emits an element.
+
+* ``parity`` - the cyclic group Z_2: bits, the label the parity of the ones so far (Delétang et al. 2023;
+  Grazzi et al. 2025, Figure 1);
+* ``mod-add`` - Z_m (``modulus``, default 5 as in the Chomsky-hierarchy modular-arithmetic task): the running sum
+  mod m;
+* ``s3``, ``s5`` - the symmetric groups on 3 and 5 points (Merrill et al. 2024, "The Illusion of State in
+  State-Space Models"; Siems et al. 2025, DeltaProduct): permutations in lexicographic order (token 0 is the
+  identity), ``(p * q)(i) = p(q(i))``, so the state is "apply ``x_0``, then ``x_1``, ...".
+
+Every position is a target and every position trains (the label at ``t`` is the answer for the prefix of length
+``t + 1``, so a model trained at length L has seen every prefix length up to L). Chance is ``1 / |G|``: at every
+position but the first, the label is uniform over the group given the current token alone (the running product
+of uniform elements is uniform and independent of ``x_t``), so a context-free model (the ``none`` control)
+scores chance there and exactly 1 at position 0, ``1/|G| + (1 - 1/|G|) / T`` over all T positions, and chance at
+the final position.
+
+Labels are computed with the group's Cayley table (:func:`cayley_table`); the cyclic groups' running sums with
+``cumsum`` (the tests check both against naive loops over explicit tuples).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import ClassVar
+
+import numpy as np
+
+from harness.errors import ConfigError
+from harness.values import option
+from suites.synthetic.data import TaskData
+
+
+@dataclass(frozen=True)
+class WordProblemConfig:
+    """One word-problem setting: the trained length and the size of the training set (fresh sequences; the task
+    has |G|^L of them, so none repeats in practice)."""
+
+    seq_len: int = option(32, "trained length L (tested at L and at the suite's extrapolation multiples)", min=2)
+    num_train_examples: int = option(8000, "training sequences", min=1)
+
+    task: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "num_train_examples"):
+            value = getattr(self, name)
+            least = 2 if name == "seq_len" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{self.task}: {name} must be an integer >= {least}, got {value!r}.")
+
+    @property
+    def group_size(self) -> int:
+        return len(self.elements())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.group_size
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.group_size
+
+    def elements(self) -> tuple[tuple[int, ...], ...]:
+        """The group's elements, token ``g`` being ``elements()[g]`` (for Z_m: ``(g,)``)."""
+        raise NotImplementedError
+
+    def table(self) -> np.ndarray:
+        """The Cayley table ``[a, b] -> a * b``."""
+        return cayley_table(type(self).__name__, self.elements(), self.cyclic_modulus())
+
+    def cyclic_modulus(self) -> int:
+        """m for Z_m, 0 for a permutation group."""
+        return 0
+
+
+@dataclass(frozen=True)
+class ParityConfig(WordProblemConfig):
+    """Parity: bits in, the parity of the ones so far out (Z_2)."""
+
+    task: ClassVar[str] = "parity"
+
+    def elements(self) -> tuple[tuple[int, ...], ...]:
+        return ((0,), (1,))
+
+    def cyclic_modulus(self) -> int:
+        return 2
+
+
+@dataclass(frozen=True)
+class ModAddConfig(WordProblemConfig):
+    """Running sum modulo ``modulus`` (Z_m)."""
+
+    modulus: int = option(5, "m: elements 0 .. m-1, the label the running sum mod m", min=2)
+
+    task: ClassVar[str] = "mod-add"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.modulus, bool) or not isinstance(self.modulus, int) or self.modulus < 2:
+            raise ConfigError(f"{self.task}: modulus must be an integer >= 2, got {self.modulus!r}.")
+
+    def elements(self) -> tuple[tuple[int, ...], ...]:
+        return tuple((g,) for g in range(self.modulus))
+
+    def cyclic_modulus(self) -> int:
+        return self.modulus
+
+
+@dataclass(frozen=True)
+class _SymmetricConfig(WordProblemConfig):
+    degree: ClassVar[int] = 0
+
+    def elements(self) -> tuple[tuple[int, ...], ...]:
+        return permutations(self.degree)
+
+
+@dataclass(frozen=True)
+class S3Config(_SymmetricConfig):
+    """Composition of permutations of 3 points (S3, 6 elements; the smallest non-abelian group)."""
+
+    task: ClassVar[str] = "s3"
+    degree: ClassVar[int] = 3
+
+
+@dataclass(frozen=True)
+class S5Config(_SymmetricConfig):
+    """Composition of permutations of 5 points (S5, 120 elements; its word problem is NC1-complete)."""
+
+    task: ClassVar[str] = "s5"
+    degree: ClassVar[int] = 5
+
+
+@lru_cache(maxsize=None)
+def permutations(n: int) -> tuple[tuple[int, ...], ...]:
+    """Every permutation of ``range(n)`` as a tuple of images, in lexicographic order (the identity first)."""
+    return tuple(itertools.permutations(range(n)))
+
+
+def compose(p: tuple[int, ...], q: tuple[int, ...]) -> tuple[int, ...]:
+    """``p * q``: apply ``q``, then ``p`` (``(p * q)(i) = p(q(i))``)."""
+    return tuple(p[i] for i in q)
+
+
+@lru_cache(maxsize=None)
+def cayley_table(name: str, elements: tuple[tuple[int, ...], ...], modulus: int) -> np.ndarray:
+    """``[a, b] -> index of a * b``: addition mod ``modulus`` for a cyclic group, else composition."""
+    del name  # part of the cache key only
+    n = len(elements)
+    if modulus:
+        a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        out = (a + b) % modulus
+    else:
+        index = {p: i for i, p in enumerate(elements)}
+        out = np.array([[index[compose(p, q)] for q in elements] for p in elements])
+    out = out.astype(np.int64)
+    out.setflags(write=False)
+    return out
+
+
+def running_products(cfg: WordProblemConfig, inputs: np.ndarray) -> np.ndarray:
+    """Labels ``[N, T]`` of ``inputs [N, T]``: ``s_0 = x_0``, ``s_t = x_t * s_{t-1}``."""
+    m = cfg.cyclic_modulus()
+    if m:
+        return (np.cumsum(inputs, axis=1) % m).astype(np.int64)
+    table = cfg.table()
+    out = np.empty_like(inputs)
+    state = inputs[:, 0].copy()
+    out[:, 0] = state
+    for t in range(1, inputs.shape[1]):
+        state = table[inputs[:, t], state]
+        out[:, t] = state
+    return out
+
+
+def generate_word_problem(cfg: WordProblemConfig, n: int, rng: np.random.Generator, training: bool) -> TaskData:
+    """``n`` sequences of ``cfg.seq_len`` uniform group elements and their running products at every position."""
+    del training
+    inputs = rng.integers(0, cfg.group_size, size=(n, cfg.seq_len)).astype(np.int64)
+    return TaskData(inputs, running_products(cfg, inputs))
