@@ -2,9 +2,9 @@
 
 Each mixer is built at the preset's width (seed 0, layer 1 of the preset's depth) and asked, through the mixer
 contract only, for its decode state after ``T`` tokens (:meth:`Mixer.state_size`), its FLOPs per token
-(:meth:`Mixer.flops_per_token`), its kernels (reference, and the defaults its ``default_kernel`` picks on CPU and on CUDA) and the paper and family it
-declares (``paper``, ``family`` class attributes, where given). A mixer that cannot be built at the preset is
-listed with the reason instead of numbers.
+(:meth:`Mixer.flops_per_token`), its kernels (the reference, and what ``default_kernel`` picks on CPU and on CUDA
+in this installation) and the paper it declares (a ``paper`` class attribute, where given). A mixer that cannot
+be built at the preset is listed with the reason instead of numbers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 class MixerCost:
     name: str
     paper: str
-    family: str
     state_floats: int | None
     state_grows: bool
     flops_forward: float | None
@@ -38,17 +37,17 @@ def mixer_costs(preset: str = "quick") -> list[MixerCost]:
     rows = []
     for entry in MIXERS.entries():
         cls = entry.cls
-        paper, family = getattr(cls, "paper", ""), getattr(cls, "family", "")
+        paper = getattr(cls, "paper", "")
         try:
             torch.manual_seed(0)
             mixer = cls(entry.make_config({}), d, 1, depth)
         except (MixbenchError, ImportError, RuntimeError) as exc:
-            rows.append(MixerCost(entry.name, paper, family, None, False, None, tuple(cls.kernels), "", "",
+            rows.append(MixerCost(entry.name, paper, None, False, None, tuple(cls.kernels), "", "",
                                   note=f"not built at {preset}: {exc}"))
             continue
         state, later = mixer.state_size(T), mixer.state_size(2 * T)
         rows.append(MixerCost(
-            entry.name, paper, family, state, later > state, mixer.flops_per_token(T).forward,
+            entry.name, paper, state, later > state, mixer.flops_per_token(T).forward,
             tuple(type(mixer).kernels), mixer.default_kernel(torch.device("cpu")),
             mixer.default_kernel(torch.device("cuda")),
         ))
@@ -64,15 +63,15 @@ def render(rows: list[MixerCost], preset: str = "quick") -> str:
         f"Per layer at preset {preset} (d_model {backbone['d_model']}, context {T}); state in floats per sequence "
         f"after T = {T} tokens ('grows' where it grows with T); forward FLOPs per token (training: 3x).",
         "",
-        "| mixer | paper | family | state at T | FLOPs/token (fwd) | reference kernel | CPU default | CUDA default |",
-        "|---|---|---|---:|---:|---|---|---|",
+        "| mixer | paper | state at T | FLOPs/token (fwd) | reference kernel | CPU default | CUDA default |",
+        "|---|---|---:|---:|---|---|---|",
     ]
     for r in rows:
         if r.state_floats is None:
-            lines.append(f"| {r.name} | {r.paper or '-'} | {r.family or '-'} | - | - | {r.kernels[0]} | - | - |")
+            lines.append(f"| {r.name} | {r.paper or '-'} | - | - | {r.kernels[0]} | - | - |")
             continue
         state = f"{r.state_floats:,}" + (" (grows)" if r.state_grows else "")
-        lines.append(f"| {r.name} | {r.paper or '-'} | {r.family or '-'} | {state} | {r.flops_forward:,.0f} | "
+        lines.append(f"| {r.name} | {r.paper or '-'} | {state} | {r.flops_forward:,.0f} | "
                      f"{r.kernels[0]} | {r.cpu_default} | {r.cuda_default} |")
     notes = [f"- {r.name}: {r.note}" for r in rows if r.note]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
