@@ -8,7 +8,7 @@ import pytest
 import torch
 from layer_checks import assert_causal, assert_every_parameter_trains
 
-import mixers.rwkv7  # noqa: F401 - registers the mixer
+import mixers.rwkv7  # noqa: F401 - registers the mixer (the registry imports it too)
 from harness.errors import ConfigError
 from harness.model.conformance import run_checks
 from harness.registry import MIXERS
@@ -61,11 +61,11 @@ def grads_of(outputs, inputs, seed=1):
 # ---------------------------------------------------------------------------------------------- the mixer
 
 
-@pytest.mark.parametrize("preset", ["tiny", "quick"])
-def test_conformance(preset):
-    """Quick too: it is the preset mixers are scored at, and at its width (2 heads of 64) rounding that tiny's
-    width hides broke the prefix check before short calls were padded (layer.MIN_STATELESS_TOKENS)."""
-    report = run_checks("rwkv7", preset=preset)
+def test_conformance_at_quick():
+    """At quick, the preset mixers are scored at (tiny's gate passes whenever quick's does here): at its width
+    (2 heads of 64) rounding that tiny's width hides broke the prefix check before short calls were padded
+    (layer.MIN_STATELESS_TOKENS)."""
+    report = run_checks("rwkv7", preset="quick")
     assert report.passed, report.render()
 
 

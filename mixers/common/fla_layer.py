@@ -39,7 +39,6 @@ class OneLayerCache:
     def __init__(self, entries: dict[str, Any] | None, seen: int):
         self.entries = entries
         self.seen = seen
-        self.updated = 0
 
     def __len__(self) -> int:
         return 0 if self.entries is None else 1
@@ -50,10 +49,11 @@ class OneLayerCache:
         return self.entries
 
     def update(self, layer_idx: int = 0, offset: int | None = 1, cache_kwargs: Any = None, **entries: Any):
+        """Keep the entries given (fla's ``Cache.update`` keeps omitted ones too); the token count is the
+        shell's ``seen``, so ``offset`` is not needed here."""
         merged = dict(self.entries or {})
         merged.update({k: v for k, v in entries.items() if v is not None})
         self.entries = merged
-        self.updated += int(offset or 0)
         return merged
 
     def get_seq_length(self, layer_idx: int | None = 0, cache_position: Any = None) -> int:
@@ -65,7 +65,8 @@ def _cast(entry: Any, like: Any) -> Any:
     if isinstance(entry, torch.Tensor):
         return entry.to(like.dtype) if isinstance(like, torch.Tensor) else entry
     if isinstance(entry, (tuple, list)):
-        return tuple(_cast(e, l) for e, l in zip(entry, like if isinstance(like, (tuple, list)) else [None] * len(entry)))
+        likes = like if isinstance(like, (tuple, list)) else [None] * len(entry)
+        return tuple(_cast(e, l) for e, l in zip(entry, likes))
     return entry
 
 
@@ -104,10 +105,6 @@ class FlaLayerMixer(RoutedMixer):
     def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         """The layer's cache entries before any token, named as fla names them."""
         raise NotImplementedError
-
-    def layer_kwargs(self) -> dict[str, Any]:
-        """Extra keyword arguments of the layer's ``forward`` (none by default)."""
-        return {}
 
     def init_weights(self) -> None:
         for module in self.layer.modules():
@@ -150,7 +147,7 @@ class FlaLayerMixer(RoutedMixer):
         on_cuda_kernel = self.kernel in self.cuda_kernels
         with routing.selected(self.kernel), torch.autocast("cuda", self.cuda_dtype or torch.float32,
                                                            enabled=on_cuda_kernel and self.cuda_dtype is not None):
-            out = self.layer(x, past_key_values=cache, use_cache=state is not None, **self.layer_kwargs())
+            out = self.layer(x, past_key_values=cache, use_cache=state is not None)
         y = out[0].to(x.dtype)
         if cache is None:
             return y, None

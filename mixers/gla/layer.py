@@ -61,7 +61,8 @@ def _widths(name: str, d_model: int, cfg: Any) -> tuple[int, int]:
         dim = d_model * expand
         if dim != int(dim) or int(dim) % cfg.num_heads:
             raise ConfigError(
-                f"{name}: d_model * {option_name} ({dim:g}) must be an integer divisible by num_heads ({cfg.num_heads})."
+                f"{name}: d_model * {option_name} ({dim:g}) must be an integer divisible by num_heads "
+                f"({cfg.num_heads})."
             )
         widths.append(int(dim))
     return widths[0], widths[1]
