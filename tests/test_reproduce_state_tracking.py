@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.registry import MIXERS, TARGETS
+from harness.registry import TARGETS
 from harness.reproduction import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, RunIndex, overall
 from harness.running.reproduce import planned_steps, render_result, run_target
 from harness.stats import Interval
