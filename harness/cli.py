@@ -351,7 +351,6 @@ def _describe_mixer(entry) -> None:
     print(f"  source:       {entry.source}")
 
 
-
 def cmd_suites(args: argparse.Namespace) -> int:
     from harness.reporting.listings import cached, printed
 

@@ -110,14 +110,23 @@ class FlaAnyMixer(FlaLayerMixer):
 
     def finish_init(self) -> None:
         self.init_weights()
-        if hasattr(self.layer, "o_proj") and hasattr(self.layer, "num_heads"):
+        if self._has_heads:
             self._install_unit_mask()
 
     def _unit_width(self) -> int:
         return self.layer.o_proj.in_features // self.layer.num_heads
 
+    @property
+    def _has_heads(self) -> bool:
+        return hasattr(self.layer, "o_proj") and hasattr(self.layer, "num_heads")
+
     def units(self):
-        return super().units() if hasattr(self.layer, "o_proj") and hasattr(self.layer, "num_heads") else []
+        return super().units() if self._has_heads else []
+
+    def intervene(self, unit_ids, mode):
+        if not self._has_heads:
+            raise ConfigError(f"fla:{self.fla_layer} has no o_proj with num_heads: no head units to mask.")
+        return super().intervene(unit_ids, mode)
 
     def chunk_lengths(self) -> tuple[int, ...]:
         return self.cpu_twin.chunk_lengths(self) if self.cpu_twin is not None else (64,)
