@@ -14,6 +14,8 @@ package with :func:`routed`; :func:`l2_norm` is here for them.
 
 from __future__ import annotations
 
+import importlib
+import types
 import warnings
 
 import torch
@@ -34,18 +36,23 @@ def routed(package_fn, torch_fn, probe: str):
     return route(package_fn, torch_fn, probe=probe, package_kernels=PACKAGE_KERNELS)
 
 
+def quiet_import(*names: str) -> list[types.ModuleType]:
+    """Import fla modules without the warnings fla prints on a machine without a GPU (Triton's absence, the
+    deprecated ``torch.jit.script_method`` in its modules)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        return [importlib.import_module(name) for name in names]
+
+
 def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        import fla.layers.gated_deltanet as gated_deltanet
-        import fla.modules.causal_conv1d.ops as conv_ops
-        import fla.modules.norm.fused_norm_gate as fused_norm_gate
-        import fla.modules.norm.layernorm as layernorm
-        import fla.modules.rotary.ops as rotary
+    gated_deltanet, conv_ops, fused_norm_gate, layernorm, rotary = quiet_import(
+        "fla.layers.gated_deltanet", "fla.modules.causal_conv1d.ops", "fla.modules.norm.fused_norm_gate",
+        "fla.modules.norm.layernorm", "fla.modules.rotary.ops",
+    )
 
     conv = routed(conv_ops.causal_conv1d, causal_conv1d, "x")
     conv_ops.causal_conv1d = conv  # ShortConvolution.forward

@@ -24,7 +24,6 @@ stored [V, K]). The delta-rule naive ops are head-first ([B, H, T, K]), the gate
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -48,11 +47,7 @@ def install() -> None:
     if _INSTALLED:
         return
     fla_modules.install()  # the short convolutions and norms these layers are built from
-    with warnings.catch_warnings():  # import-time noise on a machine without a GPU
-        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch.jit.script_method in fla's modules
-        import fla.layers.delta_net as delta_net
-        import fla.layers.gated_deltanet as gated_deltanet
+    delta_net, gated_deltanet = fla_modules.quiet_import("fla.layers.delta_net", "fla.layers.gated_deltanet")
 
     delta_net.chunk_delta_rule = routed(delta_net.chunk_delta_rule, _delta_rule, "q")
     delta_net.fused_recurrent_delta_rule = routed(delta_net.fused_recurrent_delta_rule, _delta_rule, "q")
@@ -93,22 +88,16 @@ def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_stat
     return o.transpose(1, 2), final
 
 
-def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
-                      use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                      state_v_first=False, cu_seqlens=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
-                      **unsupported):
-    """``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` via fla's naive ops."""
-    from fla.ops.gated_delta_rule.gate import naive_gdn_gate
-    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
-
-    from mixers.deltanet.delta_rule import chunk_delta_rule
-
-    no_varlen(cu_seqlens, unsupported)
-    if q.shape[2] != v.shape[2]:
-        raise NotImplementedError("fla's naive gated delta rule has no grouped values (num_v_heads > num_heads).")
+def gated_in_kernel_options(q, k, g, beta, initial_state, *, use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log,
+                            dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first):
+    """The options fla's gated delta-rule kernels apply inside, applied to their inputs for the naive ops (and
+    Gated DeltaProduct's routes): q, k l2-normalised, the gate from ``A_log`` and ``dt_bias``, beta = (2x)
+    sigmoid, beta = 1 when absent, a value-first state transposed to [K, V]."""
     if use_qk_l2norm_in_kernel:
         q, k = l2_norm(q), l2_norm(k)
     if use_gate_in_kernel:
+        from fla.ops.gated_delta_rule.gate import naive_gdn_gate
+
         g = naive_gdn_gate(g, A_log, dt_bias)
     if beta is None:
         beta = torch.ones_like(q[..., 0])
@@ -116,6 +105,27 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
+    return q, k, g, beta, initial_state
+
+
+def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                      state_v_first=False, cu_seqlens=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                      **unsupported):
+    """``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` via fla's naive ops."""
+    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+
+    from mixers.deltanet.delta_rule import chunk_delta_rule
+
+    no_varlen(cu_seqlens, unsupported)
+    if q.shape[2] != v.shape[2]:
+        raise NotImplementedError("fla's naive gated delta rule has no grouped values (num_v_heads > num_heads).")
+    q, k, g, beta, initial_state = gated_in_kernel_options(
+        q, k, g, beta, initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        state_v_first=state_v_first,
+    )
     if current() == "chunk" and q.shape[1] > RECURRENT_MAX_TOKENS:
         o, final = chunk_delta_rule(
             *(t.transpose(1, 2) for t in (q, k, v, beta, g)), scale=q.shape[-1] ** -0.5 if scale is None else scale,

@@ -26,12 +26,11 @@ per-channel gates (``gk``, ``gv``) and grouped value heads are refused.
 
 from __future__ import annotations
 
-import warnings
 
-import torch
 
 from mixers.common import fla_modules
 from mixers.common.routing import current
+from mixers.deltanet.fla_routing import gated_in_kernel_options
 from mixers.deltaproduct import product_rule
 
 #: calls of at most this many Householder steps take the recurrence under kernel ``chunk``: one token's steps
@@ -45,10 +44,7 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
-    with warnings.catch_warnings():  # import-time noise on a machine without a GPU
-        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        import fla.layers.gated_deltaproduct as layer_module
+    (layer_module,) = fla_modules.quiet_import("fla.layers.gated_deltaproduct")
 
     layer_module.chunk_gated_delta_product = fla_modules.routed(
         layer_module.chunk_gated_delta_product, gated_delta_product, "q")
@@ -94,18 +90,12 @@ def gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, i
         raise NotImplementedError("fla's torch path has no grouped value heads (num_v_heads > num_heads).")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:  # as fla's op
         raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
-    if use_qk_l2norm_in_kernel:
-        q, k = fla_modules.l2_norm(q), fla_modules.l2_norm(k)
-    if use_gate_in_kernel:
-        from fla.ops.gated_delta_rule.gate import naive_gdn_gate
-
-        g = naive_gdn_gate(g, A_log, dt_bias)
-    if beta is None:
-        beta = torch.ones_like(q[..., 0])
-    elif use_beta_sigmoid_in_kernel:
-        beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
-    if initial_state is not None and state_v_first:
-        initial_state = initial_state.transpose(-1, -2)
+    q, k, g, beta, initial_state = gated_in_kernel_options(
+        q, k, g, beta, initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        state_v_first=state_v_first,
+    )
     o, final = _run(q, k, v, g, beta, 1, scale, initial_state, output_final_state)
     if final is not None and state_v_first:
         final = final.transpose(-1, -2).contiguous()

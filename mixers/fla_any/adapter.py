@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,6 +32,7 @@ from harness.errors import ConfigError
 from harness.mixer import state_floats
 from harness.values import option
 from mixers.common.fla_layer import FlaLayerMixer
+from mixers.common.fla_modules import quiet_import
 
 PREFIX = "fla"
 
@@ -68,14 +68,10 @@ def builtin_layers() -> dict[str, type]:
 
 @functools.lru_cache(maxsize=None)
 def fla_layer_class(name: str) -> type:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        import fla.layers
-
-    cls = getattr(fla.layers, name, None)
+    (layers,) = quiet_import("fla.layers")
+    cls = getattr(layers, name, None)
     if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
-        known = sorted(n for n in dir(fla.layers) if isinstance(getattr(fla.layers, n), type))
+        known = sorted(n for n in dir(layers) if isinstance(getattr(layers, n), type))
         raise ConfigError(f"fla.layers has no layer '{name}'; its layers are {', '.join(known)}.")
     return cls
 

@@ -16,11 +16,10 @@ key-first ([B, H, K, V]); the naive ops and ours take [B, H, K, V], so GLA's is 
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
-from mixers.common.fla_modules import no_varlen, routed
+from mixers.common.fla_modules import no_varlen, quiet_import, routed
 from mixers.common.routing import current
 from mixers.gla.chunk import chunk_gla
 
@@ -31,11 +30,7 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        import fla.layers.gla as gla_layer
-        import fla.layers.multiscale_retention as retention_layer
+    gla_layer, retention_layer = quiet_import("fla.layers.gla", "fla.layers.multiscale_retention")
 
     for name in ("chunk_gla", "fused_chunk_gla", "fused_recurrent_gla"):
         setattr(gla_layer, name, routed(getattr(gla_layer, name), gated_linear_attention, "q"))

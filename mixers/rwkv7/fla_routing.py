@@ -27,7 +27,6 @@ bf16 are computed in fp32 and returned in the inputs' dtype; states stay fp32.
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 
@@ -41,11 +40,8 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
-    with warnings.catch_warnings():  # import-time noise on a machine without a GPU
-        warnings.filterwarnings("ignore", message="Triton is not supported", category=UserWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        import fla.layers.rwkv7 as rwkv7
-        from fla.ops.rwkv7.fused_addcmul import torch_addcmul_rwkv7
+    rwkv7, addcmul = fla_modules.quiet_import("fla.layers.rwkv7", "fla.ops.rwkv7.fused_addcmul")
+    torch_addcmul_rwkv7 = addcmul.torch_addcmul_rwkv7
 
     routed = fla_modules.routed
     rwkv7.token_shift = routed(rwkv7.token_shift, token_shift, "x")
