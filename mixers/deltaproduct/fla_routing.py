@@ -26,8 +26,6 @@ per-channel gates (``gk``, ``gv``) and grouped value heads are refused.
 
 from __future__ import annotations
 
-
-
 from mixers.common import fla_modules
 from mixers.common.routing import current
 from mixers.deltanet.fla_routing import gated_in_kernel_options
