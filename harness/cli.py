@@ -87,9 +87,15 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--seed", type=int, default=0)
     _training_args(p)
 
-    p = sub.add_parser("eval", parents=[_common()], help="score a checkpoint with a suite")
+    p = sub.add_parser("eval", parents=[_common()], help="score a checkpoint (or a transformers model) with a suite")
     p.add_argument("--suite", required=True)
     p.add_argument("--checkpoint", default=None, help="checkpoint folder (written by `mixbench train`)")
+    p.add_argument("--hf-model", default=None, metavar="PATH_OR_NAME",
+                   help="a transformers causal LM (folder or hub name) instead of a checkpoint: scored with its own "
+                        "tokenizer, its rows labelled external (docs/huggingface.md)")
+    p.add_argument("--revision", default=None, help="with --hf-model: the hub revision (branch, tag or commit)")
+    p.add_argument("--trust-remote-code", action="store_true", help="with --hf-model: run the model's own code")
+    p.add_argument("--data", default=None, help="with --hf-model: the held-out data ('embedded' by default, as train)")
     p.add_argument("--mixer", default=None, help="a mixer name instead of a checkpoint, for suites that train "
                                                  "their own models (synthetic)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="with --mixer")
@@ -100,6 +106,16 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--force", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     _gate_args(p)
+
+    p = sub.add_parser("export", parents=[_common()], help="write a checkpoint as a transformers model folder")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint folder (written by `mixbench train`)")
+    p.add_argument("--out", required=True, help="the model folder to write (replaced as a whole with --force)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--no-card-results", action="store_true",
+                   help="do not read --results for the model card's board row")
+    p.add_argument("--push-to-hub", default=None, metavar="REPO",
+                   help="upload the folder to this model repository (needs the network and a token)")
+    p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
 
     p = sub.add_parser("run", parents=[_common()], help="train and score a grid of mixers at a preset")
     p.add_argument("--mixers", default=None, help="comma-separated mixer names (default: the quickstart's)")
@@ -452,13 +468,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from harness.store.results import ResultsStore
     from harness.model.specs import parse_assignments
 
-    if (args.checkpoint is None) == (args.mixer is None):
-        raise MixbenchError("eval needs --checkpoint DIR, or --mixer NAME for a suite that trains its own models.")
+    given = [name for name in ("checkpoint", "mixer", "hf_model") if getattr(args, name) is not None]
+    if len(given) != 1:
+        raise MixbenchError("eval needs one of --checkpoint DIR, --hf-model PATH_OR_NAME (a transformers model), or "
+                            "--mixer NAME for a suite that trains its own models.")
+    if args.hf_model is None and (args.revision or args.trust_remote_code or args.data):
+        raise MixbenchError("--revision, --trust-remote-code and --data go with --hf-model (a checkpoint names its "
+                            "own data).")
     run = PlannedRun.make(args.suite, parse_assignments(args.suite_config), device=_device(args.device))
     store = ResultsStore(args.results)
     options = EvalOptions(kernel=args.kernel, force=args.force, progress=not args.no_progress, skip_gate=args.skip_gate)
-    outcome = evaluate(args.checkpoint, run, store, options,
-                       mixer=args.mixer, mixer_config=parse_assignments(args.mixer_config), preset=args.preset)
+    if args.hf_model is not None:
+        from harness.config import DataConfig
+        from harness.running.external_eval import evaluate_external
+
+        data = DataConfig(source=args.data) if args.data else None
+        outcome = evaluate_external(args.hf_model, run, store, options, revision=args.revision, data=data,
+                                    trust_remote_code=args.trust_remote_code)
+    else:
+        outcome = evaluate(args.checkpoint, run, store, options,
+                           mixer=args.mixer, mixer_config=parse_assignments(args.mixer_config), preset=args.preset)
     if outcome.skipped:
         print(f"run {outcome.run_id} ({args.suite}) is already in {args.results}; nothing to do (--force reruns).")
     else:
@@ -467,6 +496,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     print(run_summary(store.read_run(outcome.run_id, samples=False)))
     print(f"(every metric and the provenance: mixbench show {outcome.run_id} --results {args.results})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from harness.hf.export import export_checkpoint, push_to_hub
+    from harness.store.results import ResultsStore
+
+    results = None if args.no_card_results else ResultsStore(args.results)
+    done = export_checkpoint(args.checkpoint, args.out, results=results, force=args.force)
+    card = f"{done.runs_in_card} run(s) of {args.results} in its model card" if results else "no results in its card"
+    print(f"exported {args.checkpoint} to {done.folder} ({done.parameters:,} parameters; {card}): "
+          f"{', '.join(done.files)}")
+    print(f"load it with AutoModelForCausalLM.from_pretrained({str(done.folder)!r}, trust_remote_code=True)")
+    if args.push_to_hub:
+        print(f"uploaded to {push_to_hub(done.folder, args.push_to_hub, args.private)}")
     return 0
 
 
@@ -664,6 +708,7 @@ COMMANDS = {
     "compare": cmd_compare,
     "train": cmd_train,
     "eval": cmd_eval,
+    "export": cmd_export,
     "run": cmd_run,
     "leaderboard": cmd_leaderboard,
     "publish": cmd_publish,

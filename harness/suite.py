@@ -265,6 +265,10 @@ class Suite:
     quickstart: ClassVar[dict[str, Any] | None] = None
     #: CLI subcommands this suite adds
     commands: ClassVar[tuple[SuiteCommand, ...]] = ()
+    #: also scores a ``transformers`` causal LM that mixbench did not train (``mixbench eval --hf-model``): the
+    #: suite then uses only what :class:`harness.hf.external.ExternalLM` offers (logits, decode states and
+    #: ``generate``, ``config.context``/``vocab_size``, ``tokenizer``), never the mixers (docs/huggingface.md)
+    external: ClassVar[bool] = False
     #: smaller token budgets, as fractions of the preset's, at which the quickstart also trains every model and
     #: scores it with this suite alone: a suite that reads a trend across budgets (scaling) needs more than one
     quickstart_budgets: ClassVar[tuple[float, ...]] = ()

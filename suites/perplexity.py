@@ -8,7 +8,12 @@ context available inside its window). Reported per split:
   resamples *documents* (tokens within a document are not independent). The suite's score (one per split);
   its per-document NLLs are stored as the metric's items so the board compares mixers on the same documents.
 * ``bpb`` - bits per UTF-8 byte of the targets: total NLL / ln 2 / total bytes (end-of-text targets carry no
-  bytes), comparable across tokenizers.
+  bytes), comparable across tokenizers: the number that compares an external model (its own tokenizer,
+  docs/huggingface.md) with mixbench's. A document scored whole counts its text's bytes; one scored in part (a
+  ``max_windows`` subset) its targets' bytes, which for a tokenizer that puts a space before each text is one byte
+  more per document. Its items are per-document bits per byte weighted by bytes, so two models (whatever their
+  tokenizers) are compared on the same documents. For an external model, the per-token perplexities are marked
+  unreliable: a token of another tokenizer is another unit.
 * ``ppl_batch_mean`` - the ProtoT paper's variant: exp(mean over evaluation batches of the batch's token-mean
   NLL), with the windows batched in order; it depends on the batch size, which is part of the config.
 * ``unigram_ppl`` - the same targets under the training split's add-one unigram distribution: a model that
@@ -83,6 +88,8 @@ def position_buckets(context: int) -> list[tuple[int, int]]:
 
 @register_suite("perplexity", config=PerplexityConfig)
 class Perplexity(Suite):
+    #: uses logits, generate and the context only: scores external transformers models too (docs/huggingface.md)
+    external: ClassVar[bool] = True
     #: 256 evenly spaced windows per split (of ~400 test and ~800 OOD at the quick context): every window took
     #: 17 s per quick-preset model, a tenth of the quickstart's per-model budget
     quickstart: ClassVar[dict[str, Any] | None] = {"max_windows": 256}
@@ -108,10 +115,12 @@ class Perplexity(Suite):
             windows = ctx.corpus.eval_windows(split, context, self.cfg.max_windows or None)
             if not windows:
                 continue
-            n_docs = len(ctx.corpus.encode_split(split))
-            totals = self._score(model, windows, n_docs, buckets, unigram, byte_lengths, ctx, split)
-            doc_ids = [d.doc_id for d in ctx.corpus.encode_split(split)]
-            metrics += self._metrics(SPLIT_PREFIX[split], totals, doc_ids, buckets)
+            docs = ctx.corpus.encode_split(split)
+            totals = self._score(model, windows, len(docs), buckets, unigram, byte_lengths, ctx, split)
+            whole = totals.tokens == np.array([len(d.ids) - 1 for d in docs])  # every target of the document scored
+            totals.bytes[whole] = np.array([d.n_bytes for d in docs], dtype=np.float64)[whole]
+            metrics += self._metrics(SPLIT_PREFIX[split], totals, [d.doc_id for d in docs], buckets,
+                                     getattr(model, "external", False))
             info["splits"][split] = {"windows": len(windows), "documents": int((totals.tokens > 0).sum())}
         if not metrics:
             raise ConfigError(f"perplexity: the splits {list(self.cfg.splits)} are empty for this data source.")
@@ -147,29 +156,34 @@ class Perplexity(Suite):
                 np.add.at(totals.bucket_tokens[d], positions[row][keep].numpy(), 1)
         return totals
 
-    def _metrics(self, prefix: str, t: DocTotals, doc_ids: list[str], buckets) -> list[Metric]:
+    def _metrics(self, prefix: str, t: DocTotals, doc_ids: list[str], buckets, external: bool) -> list[Metric]:
         docs = np.flatnonzero(t.tokens > 0)
         n_tokens = int(t.tokens.sum())
         cfg = self.cfg
 
+        per_token = (None if not external else
+                     "per-token perplexity of an external model's own tokenizer: compare it with other models on bpb")
+
         def ratio_metric(name: str, num: np.ndarray, den: np.ndarray, transform, unit: str, role: str,
-                         n: int = n_tokens, items: bool = False) -> Metric:
+                         n: int = n_tokens, items: bool = False, unreliable: str | None = per_token) -> Metric:
             def statistic(num_s, den_s, axis=-1):
                 return transform(np.sum(num_s, axis=axis) / np.maximum(np.sum(den_s, axis=axis), 1e-12))
 
             res = stats.bootstrap((num[docs], den[docs]), statistic, n_resamples=cfg.bootstrap,
                                   level=cfg.confidence, seed=cfg.seed)
             per_doc = None
-            if items:  # per-document mean NLL weighted by its tokens: ppl is exp of their weighted mean
+            if items:  # the per-document ratio weighted by its denominator: the metric is a monotone function of
+                # their weighted mean (exp for ppl: mean NLL per token; / ln 2 for bpb: NLL per byte)
                 per_doc = ItemValues(tuple(doc_ids[d] for d in docs), tuple(num[docs] / den[docs]), tuple(den[docs]))
             return Metric(prefix + name, res.point, False, role=role, interval=res.interval,
-                          n=n, unit=unit, items=per_doc)
+                          n=n, unit=unit, items=per_doc, unreliable=unreliable)
 
         out = [
             ratio_metric("ppl", t.nll, t.tokens, np.exp, "perplexity", "score", items=True),
-            ratio_metric("bpb", t.nll, t.bytes, lambda x: x / math.log(2), "bits/byte", "diagnostic"),
+            ratio_metric("bpb", t.nll, t.bytes, lambda x: x / math.log(2), "bits/byte", "diagnostic",
+                         n=int(t.bytes[docs].sum()), items=True, unreliable=None),
             Metric(prefix + "ppl_batch_mean", float(np.exp(np.mean(t.batch_means))), False, n=n_tokens,
-                   unit="perplexity"),
+                   unit="perplexity", unreliable=per_token),
             ratio_metric("unigram_ppl", t.unigram_nll, t.tokens, np.exp, "perplexity", "baseline"),
         ]
         for i, (a, b) in enumerate(buckets):

@@ -39,7 +39,7 @@ def test_the_core_imports_no_suite_and_no_mixer():
 #: top-level imports reach only its own package and those before it; "" is harness/ itself (the public API:
 #: errors, values, config, registry, mixer, suite, reproduction, stats, timing, recording). The CLI sits above
 #: them all, and a function may import later packages lazily (the CLI's commands, a listing that loads its entry).
-CORE_ORDER = ("", "store", "llm_judge", "corpus", "model", "reporting", "running")
+CORE_ORDER = ("", "store", "llm_judge", "corpus", "model", "hf", "reporting", "running")
 
 
 def _core_layer(module: str) -> int:

@@ -75,7 +75,9 @@ class Document:
 @dataclass(frozen=True)
 class EncodedDoc:
     doc_id: str
-    ids: np.ndarray  # int32: [eos] + tokens + [eos]; the leading eos gives the first token a context
+    #: int32: [bos] + tokens + [eos]; the leading token (end-of-text, or an external model's own bos) gives the
+    #: first token a context
+    ids: np.ndarray
     n_bytes: int  # UTF-8 bytes of the text, for bits-per-byte
 
 
@@ -445,13 +447,17 @@ def _sha(text: str) -> str:
 # ------------------------------------------------------------------------------------------------- corpus
 
 
-def load_corpus(cfg: DataConfig, cache_dir: Path | None = None, progress: bool = True) -> Corpus:
-    """Documents, tokenizer and training stream for ``cfg``; tokenizer and stream come from the cache when present."""
+def load_corpus(cfg: DataConfig, cache_dir: Path | None = None, progress: bool = True,
+                tokenizer: Tokenizer | None = None) -> Corpus:
+    """Documents, tokenizer and training stream for ``cfg``; tokenizer and stream come from the cache when present.
+    ``tokenizer``: use this one (an external model's) instead of ``cfg``'s."""
     cache_dir = Path(cache_dir) if cache_dir is not None else mixbench_cache()
     report: dict[str, Any] = {}
     documents = load_documents(cfg, report)
     train_texts = [d.text for d in documents["train"]]
-    if cfg.tokenizer_file:
+    if tokenizer is not None:
+        pass
+    elif cfg.tokenizer_file:
         tokenizer = Tokenizer.from_file(cfg.tokenizer_file)
     else:
         tokenizer = train_bpe(train_texts, cfg.vocab_size, cache_dir, progress)
@@ -527,23 +533,24 @@ class Corpus:
         return torch.from_numpy(windows.astype(np.int64))
 
     def encode_split(self, split: str) -> list[EncodedDoc]:
-        """Each document as ``[eos] + tokens + [eos]`` (computed once, then kept in memory)."""
+        """Each document as ``[bos] + tokens + [eos]`` (computed once, then kept in memory); ``bos`` is the
+        end-of-text id except for an external model's tokenizer with its own (:attr:`Tokenizer.bos_id`)."""
         if split not in self.documents:
             raise UnknownNameError("split", split, SPLITS)
         if split not in self._encoded:
             docs = self.documents[split]
             encoded = _encode(self.tokenizer, [d.text for d in docs], f"encoding {split}", self.progress)
-            eos = self.tokenizer.eos_id
+            bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
             self._encoded[split] = []
             for doc, ids in zip(docs, encoded, strict=True):
-                full = np.concatenate([[eos], ids, [eos]]).astype(np.int32)
+                full = np.concatenate([[bos], ids, [eos]]).astype(np.int32)
                 full.flags.writeable = False
                 self._encoded[split].append(EncodedDoc(doc.id, full, len(doc.text.encode("utf-8"))))
         return self._encoded[split]
 
     def eval_windows(self, split: str, context: int, max_windows: int | None = None) -> list[Window]:
         """Windows of up to ``context+1`` tokens, consecutive ones sharing one token, so every token after a
-        document's leading eos is a target exactly once. Ordered by document, then start; ``max_windows`` keeps an
+        document's leading token is a target exactly once. Ordered by document, then start; ``max_windows`` keeps an
         evenly spaced subset of that order."""
         windows = [
             Window(i, start, doc.ids[start : start + context + 1])

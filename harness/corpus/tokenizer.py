@@ -9,7 +9,9 @@ corpus never trains twice; :meth:`Tokenizer.from_file` takes any pretrained ``to
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -43,19 +45,39 @@ def digest_texts(texts: Iterable[str], *header: object) -> str:
 class Tokenizer:
     """Text <-> token ids, with the end-of-text and pad ids the harness needs."""
 
-    def __init__(self, hf: tokenizers.Tokenizer, source: str = "<memory>"):
+    def __init__(self, hf: tokenizers.Tokenizer, source: str = "<memory>", *, eos_id: int | None = None,
+                 pad_id: int | None = None, bos_id: int | None = None):
         hf.encode_special_tokens = True  # a literal "<|endoftext|>" in text is text: only the harness adds separators
         self._tok = hf
         vocab = hf.get_vocab(with_added_tokens=True)
-        eos = next((vocab[name] for name in _EOS_NAMES if name in vocab), None)
+        eos = eos_id if eos_id is not None else next((vocab[name] for name in _EOS_NAMES if name in vocab), None)
         if eos is None:
             raise MixbenchError(
                 f"tokenizer {source} has no end-of-text token (looked for {', '.join(_EOS_NAMES)}); "
                 f"add one of them as a special token or let mixbench train a BPE (leave tokenizer_file empty)."
             )
         self._eos = eos
-        self._pad = next((vocab[name] for name in _PAD_NAMES if name in vocab), eos)
-        self._fingerprint = hashlib.sha256(hf.to_str().encode()).hexdigest()[:16]
+        self._pad = pad_id if pad_id is not None else next((vocab[name] for name in _PAD_NAMES if name in vocab), eos)
+        self._bos = bos_id if bos_id is not None else eos
+        ids = f"|{eos}|{self._pad}|{self._bos}" if (eos_id, pad_id, bos_id) != (None, None, None) else ""
+        self._fingerprint = hashlib.sha256((hf.to_str() + ids).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_transformers(cls, hf_tokenizer, source: str) -> Tokenizer:
+        """The tokenizer of a ``transformers`` model (a fast one: its ``tokenizer.json``), with the model's own
+        end-of-text, beginning-of-text and pad ids (an external model scored by the suites, docs/huggingface.md)."""
+        backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise MixbenchError(
+                f"the tokenizer of {source} is not a fast (tokenizers) tokenizer; mixbench reads tokenizer.json, so "
+                "save the model with a fast tokenizer (transformers converts most: AutoTokenizer(..., use_fast=True))."
+            )
+        eos = hf_tokenizer.eos_token_id
+        if eos is None:
+            raise MixbenchError(f"the tokenizer of {source} has no eos_token; set one in its tokenizer_config.json.")
+        pad = hf_tokenizer.pad_token_id
+        return cls(tokenizers.Tokenizer.from_str(backend.to_str()), source, eos_id=eos,
+                   pad_id=eos if pad is None else pad, bos_id=hf_tokenizer.bos_token_id)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Tokenizer:
@@ -93,11 +115,16 @@ class Tokenizer:
 
     def token_byte_lengths(self) -> np.ndarray:
         """UTF-8 bytes each id stands for (0 for special tokens): summed over targets, the denominator of
-        bits-per-byte. Exact for byte-level tokenizers (one symbol per byte); otherwise each id decoded alone."""
+        bits-per-byte. Exact for byte-level tokenizers (one symbol per byte) and for SentencePiece-style ones
+        (``▁`` is a space, ``<0xNN>`` one byte; the space such a tokenizer puts before a text counts one byte
+        more per text); otherwise each id decoded alone."""
         lengths = np.zeros(self.vocab_size, dtype=np.int64)
         if isinstance(self._tok.decoder, decoders.ByteLevel):
             for token, i in self._tok.get_vocab(with_added_tokens=True).items():
                 lengths[i] = len(token)
+        elif _sentencepiece_style(self._tok):
+            for token, i in self._tok.get_vocab(with_added_tokens=True).items():
+                lengths[i] = 1 if _BYTE_FALLBACK.fullmatch(token) else len(token.replace("\u2581", " ").encode("utf-8"))
         else:
             for i in range(self.vocab_size):
                 lengths[i] = len(self._tok.decode([i], skip_special_tokens=False).encode("utf-8"))
@@ -115,6 +142,12 @@ class Tokenizer:
         return self._eos
 
     @property
+    def bos_id(self) -> int:
+        """What a held-out document starts with: the end-of-text id for mixbench's own tokenizers (documents are
+        separated by it), a model's own beginning-of-text id for an external one."""
+        return self._bos
+
+    @property
     def pad_id(self) -> int:
         return self._pad
 
@@ -125,6 +158,15 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, fingerprint={self.fingerprint})"
+
+
+_BYTE_FALLBACK = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _sentencepiece_style(tok: tokenizers.Tokenizer) -> bool:
+    """A decoder that turns ``▁`` into a space (Metaspace, or a Replace step as LLaMA's tokenizer has)."""
+    text = json.dumps(json.loads(tok.to_str()).get("decoder") or {})
+    return "Metaspace" in text or "\\u2581" in text or "\u2581" in text
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, cache_dir: Path, progress: bool = False) -> Tokenizer:

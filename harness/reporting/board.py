@@ -175,7 +175,7 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
     not_above: set[tuple[str, str]] = set()
     references: list[str] = []
     for preset, all_rows in _by_preset(table).items():
-        rows = [r for r in all_rows if not r.control]
+        rows = [r for r in all_rows if not r.control and not r.external]  # external rows: shown, never ranked
         controls = [r for r in all_rows if r.control]
         preset_verdicts = _column_verdicts(table, rows)
         if controls:
@@ -558,7 +558,8 @@ def _pareto(table: Table, points: dict[str, float | None], config: BoardConfig):
     for _, rows in _by_preset(table).items():
         pts = {}
         for row in rows:
-            if row.control:  # controls are not candidates: they are what the candidates are measured against
+            if row.control or row.external:  # controls are what the candidates are measured against; external
+                # models are shown beside them
                 out[row.key] = None
                 continue
             q = points.get(row.key) if quality is None else _value(table.cell(row, quality))

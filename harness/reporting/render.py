@@ -206,6 +206,8 @@ class Display:
 def _rank_text(board: Board, row: Row) -> str:
     if row.control:
         return "control"
+    if row.external:
+        return "external"
     r = board.rank.get(row.key)
     if r is None:
         return "–" if row.key in board.unranked else MISSING
@@ -215,8 +217,9 @@ def _rank_text(board: Board, row: Row) -> str:
 
 
 def ordered_rows(board: Board) -> list[Row]:
-    """Rows as every view shows them: per preset, ranked rows by rank, then unranked ones, then the controls."""
-    return sorted(board.table.rows, key=lambda r: (r.preset, r.control, board.rank.get(r.key) is None,
+    """Rows as every view shows them: per preset, ranked rows by rank, then unranked ones, then the controls; the
+    external models last."""
+    return sorted(board.table.rows, key=lambda r: (r.external, r.preset, r.control, board.rank.get(r.key) is None,
                                                    board.rank.get(r.key) or 0, r.label))
 
 
@@ -351,7 +354,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
 
 
 #: the gate's verdicts as every view prints them (the legend says what they mean)
-GATE_LABELS = {"passed": "ok", "skipped": "skip"}
+GATE_LABELS = {"passed": "ok", "skipped": "skip", "model-checks": "model"}
 
 
 def state_contexts(board: Board) -> list[int]:
@@ -396,7 +399,8 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
         f"{UNRELIABLE_MARK} unreliable (does not vote), {OUTSIDE_MARK} the point lies outside its interval, "
         "n/a does not exist, — missing.",
         "gate: the conformance gate's verdict for the row's mixer and config: ok passed, skip scored with "
-        "--skip-gate.",
+        "--skip-gate, model an external model that passed the model-level checks (causal, deterministic, batch "
+        "independent).",
         "state: floats of decode state per sequence after the model's training context ("
         + (", ".join(f"T={t}" for t in state_contexts(board)) or "T unknown") + "), as the mixer counts it.",
         "seeds: how many seeds the row averages, their ids in brackets (full views).",
@@ -412,6 +416,11 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
     else:
         lines.append("no control rows on this board: nothing shows whether a column measures mixing at all "
                      "(grids include the controls unless told not to; docs/controls.md).")
+    if any(row.external for row in board.table.rows):
+        lines.append(
+            "external: a transformers model mixbench did not train, scored with its own tokenizer (docs/huggingface.md); "
+            "never ranked, its per-token perplexities are marked unreliable; compare it with the rows on bpb "
+            "(`mixbench compare` pairs them on the same documents).")
     votes = [v.column.name for v in board.verdicts.values() if v.votes]
     lines.append("voting columns: " + (", ".join(votes) if votes else "none"))
     for c in columns:
@@ -523,7 +532,8 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
     out = []
     for row in table.rows:
         rec: dict[str, Any] = {
-            "row": row.key, "model": row.label, "mixer": row.mixer, "control": row.control, "preset": row.preset,
+            "row": row.key, "model": row.label, "mixer": row.mixer, "control": row.control, "external": row.external,
+            "preset": row.preset,
             "seeds": list(row.seeds),
             "parameters": row.parameters, "state_floats": row.state_floats, "train_flops": row.train_flops,
             "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate,

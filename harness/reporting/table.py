@@ -112,6 +112,9 @@ class Row:
     gate: str = ""
     control: bool = False  # a control row (docs/controls.md): shown, compared with, never ranked
     context_free: bool = False
+    #: a transformers model mixbench did not train (docs/huggingface.md): shown beside the rows, never ranked (its
+    #: tokenizer, data and budget are its own); compared with them on bits per byte
+    external: bool = False
     lineage: str = ""
     newest: str = ""  # written_at of its newest run
     #: its budget series (docs/rank_stability.md): the comparable set, its mixer and config there, its token budget
@@ -166,7 +169,7 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
                     all_metrics: bool = False, all_configs: bool = False, include_stale: bool = False,
                     all_budgets: bool = False) -> Table:
     notes: list[str] = []
-    model_runs = [r for r in runs if r.manifest.subject.kind == "model"]
+    model_runs = [r for r in runs if r.manifest.subject.kind in ("model", "external")]
     mixer_runs = [r for r in runs if r.manifest.subject.kind == "mixer"]
     rows = _rows(model_runs)
     if not include_stale:
@@ -245,8 +248,9 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         s = run.manifest.subject
         row = rows.get(s.row_id)
         if row is None:
-            row = rows[s.row_id] = Row(s.row_id, s.label, s.mixer, s.mixer_id, s.preset or "—", lineage=_lineage(run),
-                                       control=s.control, context_free=s.context_free)
+            row = rows[s.row_id] = Row(s.row_id, s.label, s.mixer, s.mixer_id,
+                                       "external" if s.external else s.preset or "—", lineage=_lineage(run),
+                                       control=s.control, context_free=s.context_free, external=s.external)
             series = budget_series(dict(run.manifest.identity.get("subject_parts") or {}))
             if series is not None:
                 row.series, row.member, row.budget = series

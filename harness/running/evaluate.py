@@ -127,21 +127,32 @@ def evaluate(
         if options.aggregate:
             write_aggregate(store, suite_obj, progress)
         return EvalOutcome(run.identity.id, run.suite, True, 0.0)
+    subject = model_subject(ckpt, model, subject_id, device)
+    return score_and_write(run, suite_obj, model, corpus, ckpt.spec.train.seed, subject, gate, store, options,
+                           {"train_s": ckpt.meta.get("train_seconds")})
+
+
+def score_and_write(run: PlannedRun, suite_obj, model, corpus, seed: int, subject: Subject, gate: GateRecord,
+                    store: ResultsStore, options: EvalOptions, timings: dict[str, Any]) -> EvalOutcome:
+    """Run a bound model-scoped ``run`` on a loaded ``model`` (a mixbench model or an external one) and write it:
+    the suite validates the model first, then scores it in a work folder; the manifest is built here."""
+    assert run.identity is not None
+    entry = SUITES.get(run.suite)
     suite_obj.validate(model)
     store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
-        ctx = SuiteContext(corpus, Path(options.work_dir or scratch), ckpt.spec.train.seed, device, progress)
+        ctx = SuiteContext(corpus, Path(options.work_dir or scratch), seed, run.device, options.progress)
         t0 = time.perf_counter()
         result = suite_obj.run(model, ctx)
         seconds = time.perf_counter() - t0
         manifest = build_manifest(
-            entry, suite_obj.cfg, run.config_source, model_subject(ckpt, model, subject_id, device), gate,
-            run.identity, result, timings={"train_s": ckpt.meta.get("train_seconds"), "eval_s": round(seconds, 3)},
+            entry, suite_obj.cfg, run.config_source, subject, gate, run.identity, result,
+            timings={**timings, "eval_s": round(seconds, 3)},
             data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
         )
         store.write_run(run.identity.id, manifest, result, force=options.force)
     if options.aggregate:
-        write_aggregate(store, suite_obj, progress)
+        write_aggregate(store, suite_obj, options.progress)
     return EvalOutcome(run.identity.id, run.suite, False, seconds)
 
 

@@ -204,6 +204,14 @@ def model_identity(spec: Any, data_fingerprint: str) -> Identity:
     )
 
 
+def external_identity(descriptor: dict[str, Any], data_fingerprint: str) -> Identity:
+    """A ``transformers`` model mixbench did not train, scored on data with ``data_fingerprint`` under its own
+    tokenizer (docs/huggingface.md): its name, revision (hub commit or a hash of its files), class, parameter count
+    and dtype, the data, and the versions of transformers and torch, which compute its numbers."""
+    return _identity({"external": dict(descriptor), "data_fingerprint": data_fingerprint,
+                      "core_code": core_fingerprint(("harness.hf.external",)), "packages": identity_packages()})
+
+
 def trained_identity(model: Identity, weights_sha256: str | None) -> Identity:
     """What a run scored: the model identity and the hash of the weights training produced. Two trainings of one
     identity agree on CPU but need not on a GPU (non-deterministic kernels), and a checkpoint can be edited; a

@@ -29,7 +29,10 @@ from harness.errors import MixbenchError
 SCHEMA_VERSION = 2
 KINDS = ("suite", "aggregate")
 CONFIG_SOURCES = ("default", "grid", "override")
-GATE_STATUSES = ("passed", "skipped")
+SUBJECT_KINDS = ("model", "mixer", "external")
+#: ``model-checks``: an external model (docs/huggingface.md), which has no mixer for the gate to check, passed the
+#: model-level checks instead (deterministic, causal, batch independent)
+GATE_STATUSES = ("passed", "skipped", "model-checks")
 
 
 class ManifestError(ValueError):
@@ -54,7 +57,7 @@ class GateRecord:
 class Subject:
     """What a run scored: a trained model, or (``checkpoint`` None, ``kind`` mixer) a mixer definition."""
 
-    kind: str  # model | mixer
+    kind: str  # model | mixer | external (a transformers model mixbench did not train; docs/huggingface.md)
     id: str  # model identity, or mixer identity for mixer-scoped runs
     row_id: str  # the board row: the model identity without its seed (seeds of one configuration share a row)
     mixer_id: str  # the mixer identity (name, version, source, full config): joins mixer-scoped runs to rows
@@ -86,8 +89,8 @@ class Subject:
     context_free: bool = False  # ... whose outputs depend on one position each (the board's reference control)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("model", "mixer"):
-            raise ManifestError(f"subject.kind must be 'model' or 'mixer', got {self.kind!r}")
+        if self.kind not in SUBJECT_KINDS:
+            raise ManifestError(f"subject.kind must be one of {', '.join(SUBJECT_KINDS)}, got {self.kind!r}")
         if not isinstance(self.mixer, str) or not self.mixer:
             raise ManifestError(f"subject.mixer must be a mixer name, got {self.mixer!r}")
         for name in ("id", "row_id", "mixer_id"):
@@ -101,8 +104,17 @@ class Subject:
                 raise ManifestError(f"subject.{name} must be true or false, got {getattr(self, name)!r}")
 
     @property
+    def external(self) -> bool:
+        return self.kind == "external"
+
+    @property
     def label(self) -> str:
-        """The board's name for this model: the mixer, then whatever differs from the defaults."""
+        """The board's name for this model: the mixer, then whatever differs from the defaults; for an external
+        model its name, revision and ``external``."""
+        if self.external:
+            revision = str(self.mixer_config.get("revision", ""))
+            short = revision.split(":")[-1][:10]
+            return f"{self.mixer} @{short} (external)" if short else f"{self.mixer} (external)"
         return _labelled(self.mixer, {**self.config_diff, **self.backbone_diff, **self.train_diff, **self.data_diff})
 
     @property

@@ -78,6 +78,8 @@ class JudgeConfig:
 
 @register_suite("judge", config=JudgeConfig)
 class Judge(Suite):
+    #: uses logits, generate and the context only: scores external transformers models too (docs/huggingface.md)
+    external: ClassVar[bool] = True
     version: ClassVar[int] = SUITE_VERSION  # 2: probability verdicts, soft preferences, 40 canaries, the gate
     headline: ClassVar[tuple[str, ...]] = HEADLINE  # the rating runs' metrics; generation stats stay off the table
     # 4 prompts x 6 pairs x 2 orders + 40 canaries x 2 = 128 calls, ~0.3 s each on the local judge

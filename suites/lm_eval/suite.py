@@ -237,6 +237,8 @@ class LmEval(Suite):
     """lm-eval tasks on a checkpoint; every metric lm-eval reports is a score (normal intervals from its standard
     errors), with per-document values where lm-eval logs them."""
 
+    #: uses logits, generate and the context only: scores external transformers models too (docs/huggingface.md)
+    external: ClassVar[bool] = True
     version: ClassVar[int] = 3  # 3: multiple-choice accuracies carry their chance level (the constant-answer rate)
     #: the bundled zero-shot stand-in task (sentiment reviews, two choices), its first 500: ~4 s per model
     quickstart: ClassVar[dict[str, Any] | None] = {"limit": 500}

@@ -172,6 +172,8 @@ def stats(top_k: int, routing: bool) -> list[Stat]:
 
 @register_suite("robustness", config=RobustnessConfig)
 class Robustness(Suite):
+    #: uses logits, generate and the context only: scores external transformers models too (docs/huggingface.md)
+    external: ClassVar[bool] = True
     #: 200 pairs per slice instead of 500: the per-slice CIs stay usable and the suite takes ~10-15 s per mixer
     #: 120 pairs per slice (9 slices, 1,080 pairs; 200 took 7-17 s per quick-preset model): intervals widen by
     #: about sqrt(200/120) = 1.3x

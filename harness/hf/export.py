@@ -1,0 +1,180 @@
+"""``mixbench export``: a checkpoint as a ``transformers`` model folder (docs/huggingface.md).
+
+The folder holds ``config.json`` (a :class:`harness.hf.modeling_mixbench.MixbenchConfig` with ``auto_map``),
+``modeling_mixbench.py`` (that module's source with a header), ``model.safetensors`` (the checkpoint's weights
+under ``model.``), the tokenizer (``tokenizer.json``, ``tokenizer_config.json``), ``generation_config.json`` and
+``README.md``, a model card carrying the model's board row from a results store. It is written into a hidden
+sibling folder and renamed into place, so an interrupted export leaves no half folder behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import save_file
+
+from harness.config import to_dict
+from harness.errors import MixbenchError
+from harness.hf import modeling_mixbench
+from harness.hf.card import model_card
+from harness.model.checkpoint import Checkpoint, load_model
+from harness.store.storage import swap_folder
+
+MODELING_FILE = "modeling_mixbench.py"
+AUTO_MAP = {
+    "AutoConfig": "modeling_mixbench.MixbenchConfig",
+    "AutoModelForCausalLM": "modeling_mixbench.MixbenchForCausalLM",
+}
+EXPORT_FORMAT = 1  # bump when the folder's layout or the config's mixbench fields change
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    folder: Path
+    files: tuple[str, ...]
+    parameters: int
+    runs_in_card: int
+
+
+def export_checkpoint(checkpoint: Path | str, out: Path | str, *, results: Any = None, force: bool = False,
+                      progress: bool = False) -> ExportResult:
+    """Write the ``transformers`` folder of ``checkpoint`` at ``out``; ``results`` (a ResultsStore or None) gives
+    the model card its board row. An existing non-empty ``out`` is replaced only with ``force``."""
+    out = Path(out).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+        raise MixbenchError(f"{out} exists and is not empty; pick another --out or pass --force to replace it.")
+    model, ckpt = load_model(checkpoint, "cpu")
+    if not ckpt.tokenizer_path.is_file():
+        raise MixbenchError(f"checkpoint {ckpt.path} has no tokenizer.json; it cannot be exported with its tokenizer.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        config = _config(ckpt, model)
+        config.save_pretrained(tmp)
+        weights = {f"{modeling_mixbench.MixbenchForCausalLM.base_model_prefix}.{k}": v.detach().contiguous().cpu()
+                   for k, v in model.state_dict().items()}
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / MODELING_FILE).write_text(_modeling_source(ckpt), encoding="utf-8")
+        _save_tokenizer(ckpt, tmp)
+        _generation_config(config).save_pretrained(tmp)
+        runs = _model_runs(results, ckpt) if results is not None else []
+        (tmp / "README.md").write_text(model_card(ckpt, config.to_dict(), model.num_parameters(), runs),
+                                       encoding="utf-8")
+        swap_folder(tmp, out, out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}", replace=out.exists())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = tuple(sorted(p.name for p in out.iterdir()))
+    return ExportResult(out, files, model.num_parameters(), len(runs))
+
+
+def _config(ckpt: Checkpoint, model) -> modeling_mixbench.MixbenchConfig:
+    from harness.registry import MIXERS
+
+    spec = ckpt.spec.model
+    from harness import __version__
+    from harness.store.provenance import code_location, git_revision
+
+    identity = ckpt.meta.get("model_identity") or {}
+    return modeling_mixbench.MixbenchConfig(
+        mixer=spec.mixer,
+        mixer_config=to_dict(model.mixer_config),
+        mixer_source=MIXERS.get(spec.mixer).source,
+        backbone=to_dict(spec.backbone),
+        mixbench_code=modeling_mixbench.code_fingerprints(spec.mixer),
+        auto_map=dict(AUTO_MAP),
+        architectures=[modeling_mixbench.MixbenchForCausalLM.__name__],
+        dtype="float32",
+        eos_token_id=model_tokenizer(ckpt).eos_id,
+        bos_token_id=model_tokenizer(ckpt).eos_id,  # a document starts after an end-of-text (docs/DESIGN.md §4)
+        pad_token_id=model_tokenizer(ckpt).pad_id,
+        mixbench_export={
+            "format": EXPORT_FORMAT,
+            "mixbench": __version__,
+            "git": git_revision(code_location()),
+            "model_identity": identity.get("id"),
+            "weights_sha256": ckpt.meta.get("weights_sha256"),
+            "checkpoint_step": ckpt.step,
+            "preset": ckpt.spec.preset,
+            "train": to_dict(ckpt.spec.train),
+            "data": to_dict(ckpt.spec.data),
+            "corpus_fingerprint": ckpt.meta.get("corpus_fingerprint"),
+        },
+    )
+
+
+def model_tokenizer(ckpt: Checkpoint):
+    from harness.corpus.tokenizer import Tokenizer
+
+    return Tokenizer.from_file(ckpt.tokenizer_path)
+
+
+def _modeling_source(ckpt: Checkpoint) -> str:
+    source = Path(modeling_mixbench.__file__).read_text(encoding="utf-8")
+    header = (f"# Generated by `mixbench export` from harness/hf/modeling_mixbench.py for a '{ckpt.spec.model.mixer}' "
+              "model; it imports mixbench\n# (pip install mixbench at the revision in config.json's mixbench_export). "
+              "Do not edit: regenerate with mixbench export.\n")
+    return header + source
+
+
+def _save_tokenizer(ckpt: Checkpoint, folder: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    ours = model_tokenizer(ckpt)
+    vocab = {i: t for t, i in json.loads(ours.to_str())["model"]["vocab"].items()}
+    added = {a["id"]: a["content"] for a in json.loads(ours.to_str()).get("added_tokens", [])}
+    name = {**vocab, **added}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(ckpt.tokenizer_path),
+        eos_token=name[ours.eos_id], bos_token=name[ours.eos_id], pad_token=name[ours.pad_id],
+        model_max_length=ckpt.spec.model.backbone.context, clean_up_tokenization_spaces=False,
+    )
+    tokenizer.save_pretrained(folder)
+
+
+def _generation_config(config: modeling_mixbench.MixbenchConfig):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id,
+                            pad_token_id=config.pad_token_id)
+
+
+def _model_runs(results, ckpt: Checkpoint) -> list:
+    """The newest run of each suite and config that scored exactly these weights (default and grid configs,
+    as the board takes them)."""
+    weights = ckpt.meta.get("weights_sha256")
+    newest: dict[tuple[str, str], Any] = {}
+    for run in results.iter_runs(samples=False):
+        m = run.manifest
+        if m.subject.weights_sha256 != weights or m.kind != "suite" or m.config_source == "override":
+            continue
+        key = (m.suite, json.dumps(m.suite_config, sort_keys=True))
+        if key not in newest or m.written_at > newest[key].manifest.written_at:
+            newest[key] = run
+    return sorted(newest.values(), key=lambda r: r.manifest.suite)
+
+
+def push_to_hub(folder: Path, repo: str, private: bool = False) -> str:
+    """Upload an exported folder to a model repository (needs the network and a token in the environment)."""
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        raise MixbenchError("--push-to-hub needs the network, but HF_HUB_OFFLINE is set; unset it to upload.")
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        api.create_repo(repo, repo_type="model", private=private, exist_ok=True)
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
+                                 commit_message="mixbench export")
+    except Exception as exc:  # network, authentication, permissions: one sentence, no traceback
+        from harness.store.redaction import redact_text
+
+        raise MixbenchError(redact_text(f"could not upload {folder} to {repo} ({type(exc).__name__}: {exc}).")) from None
+    return str(getattr(info, "commit_url", repo))
