@@ -128,8 +128,12 @@ class Tokenizer:
         else:
             for i in range(self.vocab_size):
                 lengths[i] = len(self._tok.decode([i], skip_special_tokens=False).encode("utf-8"))
+        byte_tokens = _sentencepiece_style(self._tok)
         for i, added in self._tok.get_added_tokens_decoder().items():
-            lengths[i] = 0 if added.special else len(added.content.encode("utf-8"))
+            if byte_tokens and _BYTE_FALLBACK.fullmatch(added.content):
+                lengths[i] = 1  # a byte-fallback token declared special still stands for one byte
+            else:
+                lengths[i] = 0 if added.special else len(added.content.encode("utf-8"))
         return lengths
 
     @property

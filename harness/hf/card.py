@@ -98,7 +98,7 @@ def model_card(ckpt: Checkpoint, config: dict[str, Any], parameters: int, runs: 
         "The modeling file builds the model with mixbench's own code and refuses a mixbench whose mixer or backbone "
         "code differs from the code at export (the same weights could give other numbers). `generate()` decodes "
         "through the mixer's recurrent `step()`; pad batches on the right (left padding is refused). "
-        "Evaluate with lm-eval: `lm_eval --model hf --model_args pretrained=FOLDER,trust_remote_code=True`.",
+        "Evaluate with lm-eval: `lm_eval --model hf --model_args pretrained=FOLDER,trust_remote_code=True,dtype=float32`.",
         "",
     ]
     return "\n".join(lines)

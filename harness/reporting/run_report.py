@@ -172,7 +172,9 @@ def compare_models(store: ResultsStore, a: str, b: str, suites: Iterable[str] | 
     out = []
     for (column, ca, cb, d, basis), significant in zip(found, reject):
         iv = d.interval
-        if not significant:
+        if ca.unreliable or cb.unreliable:  # shown, never a verdict: the number measures nothing comparable
+            verdict = "unreliable: " + (ca.unreliable or cb.unreliable or "")
+        elif not significant:
             verdict = "no difference shown"
         else:
             a_better = (d.difference > 0) == column.higher_is_better

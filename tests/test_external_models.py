@@ -1,0 +1,178 @@
+"""Scoring transformers models mixbench did not train (`mixbench eval --hf-model`): a tiny random LLaMA and Mamba
+saved to disk with their own tokenizers, scored on bits per byte beside a mixbench row (equal to a naive
+per-document loop over the same documents), labelled external, never ranked; hostile models (peeking at later
+tokens, mixing rows of a batch) are refused by the model-level checks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.cli import main
+from harness.config import DataConfig
+from harness.corpus.data import load_corpus, load_documents
+from harness.hf.external import ExternalDescriptor, ExternalLM, load_external, model_checks
+from harness.reporting.board import build_board
+from harness.reporting.table import build_table
+from harness.store.results import ResultsStore
+
+from external_models import save_tiny_llama, save_tiny_mamba
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    texts = [d.text for d in load_documents(DataConfig())["train"][:40]]
+    root = tmp_path_factory.mktemp("hf-models")
+    return {"llama": save_tiny_llama(root / "tiny-llama", texts), "mamba": save_tiny_mamba(root / "tiny-mamba", texts)}
+
+
+def naive_bits_per_byte(folder: Path, split: str = "test") -> float:
+    """Every document of ``split`` scored by the transformers model itself, window by window, with a plain loop:
+    the reference the perplexity suite's bpb must equal."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    context = model.config.max_position_embeddings
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    nll = n_bytes = 0.0
+    for doc in load_documents(DataConfig())[split]:
+        ids = [bos, *tok(doc.text, add_special_tokens=False)["input_ids"], tok.eos_token_id]
+        for start in range(0, len(ids) - 1, context):
+            window = torch.tensor([ids[start:start + context + 1]])
+            with torch.no_grad():
+                logits = model(input_ids=window[:, :-1]).logits[0].double()
+            nll += float(F.cross_entropy(logits, window[0, 1:], reduction="sum"))
+        n_bytes += len(doc.text.encode("utf-8"))
+    return nll / math.log(2) / n_bytes
+
+
+def test_bits_per_byte_of_external_models_beside_a_mixbench_row(tiny_models, attention_checkpoint, tmp_path):
+    store = tmp_path / "results"
+    common = ["--results", str(store), "--no-progress", "--suite-config", "splits=test"]
+    assert main(["eval", "--suite", "perplexity", "--checkpoint", str(attention_checkpoint), *common]) == 0
+    for folder in tiny_models.values():
+        assert main(["eval", "--suite", "perplexity", "--hf-model", str(folder), *common]) == 0
+    table = build_table(ResultsStore(store), all_configs=True)
+    board = build_board(table)
+    rows = {r.mixer: r for r in table.rows}
+    assert set(rows) == {"attention", "tiny-llama", "tiny-mamba"}
+    for name, folder in tiny_models.items():
+        row = rows[folder.name]
+        assert row.external and row.label.startswith(f"{folder.name} @") and row.label.endswith("(external)")
+        assert board.rank[row.key] is None and row.gate == "model-checks"
+        run = row.runs[0]
+        assert run.manifest.subject.parameters == sum(
+            p.numel() for p in load_external(str(folder)).parameters())
+        assert run.manifest.subject.mixer_config["revision"].startswith("sha256:")
+        bpb = run.metric("bpb")
+        assert bpb.unreliable is None and run.metric("ppl").unreliable  # tokens of another tokenizer
+        if name == "llama":  # (transformers' Mamba runs its slow reference scan on a CPU: checked on LLaMA alone)
+            assert bpb.value == pytest.approx(naive_bits_per_byte(folder), rel=1e-6)
+        # a random model spreads its probability over the vocabulary: log2(V) bits per token of its own tokenizer
+        tokens = run.metric("ppl").n
+        vocab = load_external(str(folder)).config.vocab_size
+        assert bpb.value == pytest.approx(math.log2(vocab) * tokens / bpb.n, rel=0.15)
+    assert board.rank[rows["attention"].key] == 1  # the mixbench row alone is ranked
+    # paired on the same documents across tokenizers
+    from harness.reporting.run_report import compare_models
+
+    _, _, comparisons = compare_models(ResultsStore(store), rows["tiny-llama"].key, rows["attention"].key)
+    by_metric = {c.column.rsplit("/", 1)[1]: c for c in comparisons}  # columns: perplexity[splits=test]/<metric>
+    assert by_metric["bpb"].basis == "11 shared items" and by_metric["bpb"].verdict == "B better"
+    assert by_metric["ppl"].verdict.startswith("unreliable")
+
+
+def test_decoding_through_the_models_own_cache_equals_transformers_generate(tiny_models):
+    for folder in tiny_models.values():
+        model = load_external(str(folder))
+        prompt = torch.tensor([[model.tokenizer.bos_id, *model.tokenizer.encode("Call me Ishmael. Some years")]])
+        ours = model.generate(prompt, 10, temperature=0)
+        theirs = model.hf.generate(prompt, max_new_tokens=10, do_sample=False, eos_token_id=None,
+                                   pad_token_id=model.tokenizer.pad_id)
+        assert torch.equal(ours, theirs)
+        full, _ = model(ours)
+        states = model.init_states(1)
+        logits, states = model(prompt, states)
+        for t in range(prompt.shape[1], ours.shape[1]):  # each step's logits equal the full forward's
+            torch.testing.assert_close(logits[:, -1], full[:, t - 1], rtol=0, atol=1e-4)
+            logits, states = model(ours[:, t:t + 1], states)
+
+
+def test_byte_lengths_count_the_text_for_both_tokenizers(tiny_models):
+    docs = load_documents(DataConfig())["test"][:4]
+    for name, folder in tiny_models.items():
+        tok = load_external(str(folder)).tokenizer
+        lengths = tok.token_byte_lengths()
+        for doc in docs:
+            counted = int(lengths[tok.encode(doc.text)].sum())
+            prefix_space = 1 if name == "llama" and not doc.text.startswith(" ") else 0  # SentencePiece's ▁
+            assert counted == len(doc.text.encode("utf-8")) + prefix_space
+
+
+class _Output:
+    def __init__(self, logits):
+        self.logits = logits
+
+
+class _Hostile(nn.Module):
+    """A causal LM that cheats: ``peek`` lets every position see the last token; ``batch`` mixes the rows."""
+
+    def __init__(self, vocab: int, how: str):
+        super().__init__()
+        self.config = type("C", (), {"vocab_size": vocab, "max_position_embeddings": 64})()
+        self.embed = nn.Embedding(vocab, vocab)
+        self.how = how
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def forward(self, input_ids, use_cache=False, **_):
+        x = self.embed(input_ids)
+        if self.how == "peek":
+            x = x + self.embed(input_ids[:, -1:])
+        else:
+            x = x + x.mean(0, keepdim=True)
+        return _Output(x)
+
+
+@pytest.mark.parametrize("how, failure", [("peek", "not causal"), ("batch", "batch dependent")])
+def test_model_checks_refuse_hostile_models(tiny_models, how, failure):
+    tokenizer = load_external(str(tiny_models["mamba"])).tokenizer
+    descriptor = ExternalDescriptor("hostile", "-", "x", "Hostile", 1, "float32", "-")
+    model = ExternalLM(_Hostile(tokenizer.vocab_size, how), tokenizer, descriptor, 64)
+    failures = model_checks(model)
+    assert len(failures) == 1 and failures[0].startswith(failure)
+    assert model_checks(load_external(str(tiny_models["llama"]))) == []
+
+
+def test_external_robustness_and_lm_eval_and_refusals(tiny_models, tmp_path, capsys):
+    store = ["--results", str(tmp_path / "results"), "--no-progress"]
+    mamba = str(tiny_models["mamba"])
+    assert main(["eval", "--suite", "robustness", "--hf-model", mamba, *store,
+                 "--suite-config", "pairs_per_slice=10", "bootstrap=100"]) == 0
+    assert main(["eval", "--suite", "lm-eval", "--hf-model", mamba, *store, "--suite-config", "limit=16"]) == 0
+    runs = list(ResultsStore(tmp_path / "results").iter_runs(samples=False))
+    assert {r.manifest.suite for r in runs} == {"robustness", "lm-eval"}
+    assert all(r.manifest.subject.kind == "external" and r.manifest.gate.status == "model-checks" for r in runs)
+    capsys.readouterr()
+    for argv, message in [
+        (["--suite", "throughput", "--hf-model", mamba], "scores mixbench models only"),
+        (["--suite", "perplexity", "--hf-model", str(tmp_path / "nowhere")], "no such folder"),
+        (["--suite", "perplexity", "--checkpoint", mamba, "--revision", "main"], "go with --hf-model"),
+    ]:
+        assert main(["eval", *argv, *store]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
+def test_external_corpus_starts_documents_with_the_models_bos(tiny_models):
+    model = load_external(str(tiny_models["llama"]))
+    corpus = load_corpus(DataConfig(), progress=False, tokenizer=model.tokenizer)
+    doc = corpus.encode_split("test")[0]
+    assert doc.ids[0] == model.tokenizer.bos_id != model.tokenizer.eos_id and doc.ids[-1] == model.tokenizer.eos_id
