@@ -13,6 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see harness/__init__.py
 # tokenizers and token streams are cached here (inherited by CLI subprocesses), not in the user's cache
 os.environ["MIXBENCH_CACHE"] = tempfile.mkdtemp(prefix="mixbench-test-cache-")
+# transformers copies an exported folder's modeling code here when it loads it (read once, at its import)
+os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="mixbench-test-hf-modules-")
 
 from pathlib import Path  # noqa: E402
 

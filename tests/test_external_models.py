@@ -16,6 +16,7 @@ from torch import nn
 from harness.cli import main
 from harness.config import DataConfig
 from harness.corpus.data import load_corpus, load_documents
+from harness.errors import MixbenchError
 from harness.hf.external import ExternalDescriptor, ExternalLM, load_external, model_checks
 from harness.reporting.board import build_board
 from harness.reporting.table import build_table
@@ -34,10 +35,10 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 def naive_bits_per_byte(folder: Path, split: str = "test") -> float:
     """Every document of ``split`` scored by the transformers model itself, window by window, with a plain loop:
     the reference the perplexity suite's bpb must equal."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     context = model.config.max_position_embeddings
     bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     nll = n_bytes = 0.0
@@ -97,11 +98,36 @@ def test_decoding_through_the_models_own_cache_equals_transformers_generate(tiny
                                    pad_token_id=model.tokenizer.pad_id)
         assert torch.equal(ours, theirs)
         full, _ = model(ours)
+        prefilled = model(prompt, model.init_states(1))[1]
+        after = slice(prompt.shape[1], prompt.shape[1] + 3)  # the three tokens after the prompt
+        first = model(ours[:, after], model.fork_states(prefilled))[0]
+        again = model(ours[:, after], model.fork_states(prefilled))[0]  # a state reused is the state it was
+        torch.testing.assert_close(first, again, rtol=0, atol=1e-5)
+        torch.testing.assert_close(first, full[:, after], rtol=0, atol=1e-4)
+        if model.descriptor.model_class == "LlamaForCausalLM":  # a key-value cache is cut back when reused
+            torch.testing.assert_close(model(ours[:, after], prefilled)[0], first, rtol=0, atol=1e-5)
+        else:  # a recurrent cache cannot be: reusing a used state is refused, not silently wrong
+            torch.testing.assert_close(model(ours[:, after], prefilled)[0], first, rtol=0, atol=1e-5)
+            with pytest.raises(MixbenchError, match="fork_states"):
+                model(ours[:, after], prefilled)
         states = model.init_states(1)
         logits, states = model(prompt, states)
         for t in range(prompt.shape[1], ours.shape[1]):  # each step's logits equal the full forward's
             torch.testing.assert_close(logits[:, -1], full[:, t - 1], rtol=0, atol=1e-4)
             logits, states = model(ours[:, t:t + 1], states)
+
+
+def test_transformers_own_class_loads_a_folder_after_fla_reregisters_its_model_type(tiny_models):
+    """fla registers its own ``mamba`` with the Auto classes when imported (its kernels need Triton, absent on a
+    CPU): a folder naming transformers' MambaForCausalLM still loads with transformers' class and runs here."""
+    import fla.models  # noqa: F401  (the re-registration happens at import)
+    from transformers import AutoConfig
+
+    assert not AutoConfig.for_model("mamba").__class__.__module__.startswith("transformers.")
+    model = load_external(str(tiny_models["mamba"]))
+    assert type(model.hf).__module__ == "transformers.models.mamba.modeling_mamba"
+    assert model.descriptor.model_class == "MambaForCausalLM"
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]]))[0]).all()
 
 
 def test_byte_lengths_count_the_text_for_both_tokenizers(tiny_models):
@@ -157,12 +183,17 @@ def test_external_robustness_and_lm_eval_and_refusals(tiny_models, tmp_path, cap
     assert main(["eval", "--suite", "robustness", "--hf-model", mamba, *store,
                  "--suite-config", "pairs_per_slice=10", "bootstrap=100"]) == 0
     assert main(["eval", "--suite", "lm-eval", "--hf-model", mamba, *store, "--suite-config", "limit=16"]) == 0
+    assert main(["eval", "--suite", "throughput", "--hf-model", str(tiny_models["llama"]), *store, "--suite-config",
+                 "lengths=32,64", "repeats=3", "warmup=3", "max_warmup=3", "decode_tokens=4"]) == 0
     runs = list(ResultsStore(tmp_path / "results").iter_runs(samples=False))
-    assert {r.manifest.suite for r in runs} == {"robustness", "lm-eval"}
+    assert {r.manifest.suite for r in runs} == {"robustness", "lm-eval", "throughput"}
+    speed = next(r for r in runs if r.manifest.suite == "throughput")
+    assert {"prefill_tok_s", "train_tok_s", "decode_ms"} <= {m.name for m in speed.metrics}
+    assert not {"state_floats_max", "kernel_peak_fraction", "train_vs_floor"} & {m.name for m in speed.metrics}
     assert all(r.manifest.subject.kind == "external" and r.manifest.gate.status == "model-checks" for r in runs)
     capsys.readouterr()
     for argv, message in [
-        (["--suite", "throughput", "--hf-model", mamba], "scores mixbench models only"),
+        (["--suite", "glue", "--hf-model", mamba], "scores mixbench models only"),
         (["--suite", "perplexity", "--hf-model", str(tmp_path / "nowhere")], "no such folder"),
         (["--suite", "perplexity", "--checkpoint", mamba, "--revision", "main"], "go with --hf-model"),
     ]:
@@ -176,3 +207,43 @@ def test_external_corpus_starts_documents_with_the_models_bos(tiny_models):
     corpus = load_corpus(DataConfig(), progress=False, tokenizer=model.tokenizer)
     doc = corpus.encode_split("test")[0]
     assert doc.ids[0] == model.tokenizer.bos_id != model.tokenizer.eos_id and doc.ids[-1] == model.tokenizer.eos_id
+
+
+def test_an_exported_checkpoint_scored_as_an_external_model_gets_the_same_numbers(attention_checkpoint, tmp_path,
+                                                                                   capsys):
+    """export -> eval --hf-model: the same weights, tokenizer and documents through transformers give the checkpoint
+    row's perplexity and bits per byte (the external path measures what the native one does)."""
+    from harness.hf.export import export_checkpoint
+
+    export_checkpoint(attention_checkpoint, tmp_path / "hf")
+    store = tmp_path / "results"
+    common = ["--results", str(store), "--no-progress", "--suite-config", "splits=test", "max_windows=64"]
+    assert main(["eval", "--suite", "perplexity", "--checkpoint", str(attention_checkpoint), *common]) == 0
+    assert main(["eval", "--suite", "perplexity", "--hf-model", str(tmp_path / "hf"), *common]) == 2
+    assert "--trust-remote-code" in capsys.readouterr().err
+    assert main(["eval", "--suite", "perplexity", "--hf-model", str(tmp_path / "hf"), "--trust-remote-code",
+                 *common]) == 0
+    runs = {r.manifest.subject.kind: r for r in ResultsStore(store).iter_runs(samples=False)}
+    for metric in ("ppl", "bpb"):
+        native, external = runs["model"].metric(metric), runs["external"].metric(metric)
+        assert external.value == pytest.approx(native.value, rel=1e-6)
+        assert external.items.ids == native.items.ids
+
+
+def test_an_external_model_is_rated_by_the_judge_beside_mixbench_models(tiny_models, attention_checkpoint, tmp_path,
+                                                                     monkeypatch):
+    from fake_judge import FakeJudge
+
+    results = tmp_path / "results"
+    with FakeJudge(lambda p, a, b: "A" if len(a) >= len(b) else "B") as judge:
+        monkeypatch.setenv("MIXBENCH_JUDGE_URL", judge.url)
+        monkeypatch.setenv("MIXBENCH_JUDGE_MODEL", "fake-judge")
+        opts = ["--results", str(results), "--no-progress", "--suite-config", "n_prompts=3", "max_new_tokens=8"]
+        assert main(["eval", "--suite", "judge", "--checkpoint", str(attention_checkpoint), *opts]) == 0
+        assert main(["eval", "--suite", "judge", "--hf-model", str(tiny_models["mamba"]), *opts]) == 0
+        assert judge.chat_requests > 0
+    store = ResultsStore(results)
+    gens = [r for r in store.iter_runs(samples=True) if r.manifest.kind == "suite"]
+    assert gens[0].samples[0]["prompt"] == gens[1].samples[0]["prompt"]  # the same prompts, each model's tokenizer
+    rated = {r.manifest.subject.kind for r in store.iter_runs(samples=False) if r.manifest.kind == "aggregate"}
+    assert rated == {"model", "external"}

@@ -25,12 +25,6 @@ from harness.registry import MIXERS
 BUILT_IN = [name for name in MIXERS.names() if MIXERS.get(name).source.startswith("mixers.")]
 
 
-@pytest.fixture(autouse=True)
-def _transformers_modules_in_tmp(tmp_path_factory, monkeypatch):
-    """transformers copies remote code into HF_MODULES_CACHE: keep it out of the user's home."""
-    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path_factory.getbasetemp() / "hf-modules"))
-
-
 @pytest.fixture(scope="module")
 def tokenizer_file(tmp_path_factory) -> Path:
     texts = [d.text for d in load_documents(DataConfig())["train"][:40]]

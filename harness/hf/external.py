@@ -14,6 +14,7 @@ folder is another model (:func:`harness.store.identity.external_identity`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,14 +88,43 @@ class ExternalLM(nn.Module):
             if targets is not None:
                 return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100), None
             return logits, None
-        out = self.hf(input_ids=ids, cache=states[0], use_cache=True)
+        cache, seen = states[0], states[1]
+        if cache is not None:
+            _rewind(cache, states)
+            if ids.shape[1] > 1 and not getattr(cache, "is_croppable", False):
+                # transformers' recurrent models (Mamba) treat several tokens given with a cache as a new prompt:
+                # a continuation goes one token at a time, which every cache supports
+                logits = []
+                for t in range(ids.shape[1]):
+                    logits_t, states = self(ids[:, t:t + 1], states)
+                    logits.append(logits_t)
+                return torch.cat(logits, 1), states
+        with torch.no_grad():  # a stateful forward decodes; a cache that holds no graph can be forked (deepcopy)
+            out = self.hf(input_ids=ids, cache=cache, use_cache=True)
         cache = out.get("cache", None)
         if cache is None:
             cache = out.get("past_key_values", None)
-        return out.logits.float(), [cache]
+        starts = getattr(cache, "_mixbench_starts", [])
+        cache._mixbench_starts = [*starts, seen]  # where each forward began writing: see _rewind
+        return out.logits.float(), [cache, seen + ids.shape[1], len(cache._mixbench_starts)]
 
     def init_states(self, batch_size: int, device: torch.device | None = None) -> list[Any]:
-        return [None]  # the model's own cache, made by its first forward
+        """``[cache, tokens it holds, forwards it has seen]``: the model's own cache is made by the first forward.
+        A mixbench state is a value; a transformers cache changes in place, so a state used a second time (the
+        throughput suite times decode rounds from one prefilled state) is rewound to what it held where the cache
+        can be cut back (key-value caches), and refused otherwise: :meth:`fork_states` first."""
+        return [None, 0, 0]
+
+    def fork_states(self, states: list[Any]) -> list[Any]:
+        """A state that can be used while ``states`` stays usable: a copy of a cache that cannot be cut back (a
+        recurrent layer's fixed-size state); a key-value cache is shared and rewound when ``states`` is used."""
+        cache = states[0]
+        if cache is None:
+            return states
+        _rewind(cache, states)
+        if getattr(cache, "is_croppable", False):
+            return states
+        return [copy.deepcopy(cache), *states[1:]]
 
     def step(self, ids_t: torch.Tensor, states: list[Any]) -> tuple[torch.Tensor, list[Any]]:
         logits, states = self(ids_t[:, None], states)
@@ -137,11 +167,44 @@ def _context(hf_model: nn.Module, tokenizer: Any) -> int:
     return int(limit) if isinstance(limit, int) and 0 < limit < 1_000_000 else 2048
 
 
+def _rewind(cache: Any, states: list[Any]) -> None:
+    """Make ``cache`` hold what ``states`` held when it was made, or refuse. Valid only when no forward since then
+    began below its length (forks from an earlier state would have overwritten what it held)."""
+    seen, made_after = states[1], states[2]
+    starts = getattr(cache, "_mixbench_starts", [])
+    if len(starts) == made_after:
+        return  # the newest state: nothing to undo
+    if made_after < len(starts) and getattr(cache, "is_croppable", False) and min(starts[made_after:]) >= seen:
+        cache.crop(seen - cache.get_seq_length())
+        del cache._mixbench_starts[made_after:]
+        return
+    raise MixbenchError("an external model's decode state was used a second time, and its cache (changed in place) "
+                        "cannot be rewound to it: fork_states() before reusing a state.")
+
+
+def _model_class(where: str, revision: str | None) -> Any:
+    """The class that loads the folder. Another package imported in the same process may re-register a model type
+    with the Auto classes (fla registers its own ``mamba``, whose kernels need Triton), so a folder whose config
+    names a class transformers itself ships is loaded with that class; custom code (``auto_map``) and unknown
+    architectures go through ``AutoModelForCausalLM``."""
+    import transformers
+    from transformers import AutoModelForCausalLM, PreTrainedModel
+
+    raw, _ = transformers.PreTrainedConfig.get_config_dict(where, revision=revision)
+    if "AutoModelForCausalLM" in (raw.get("auto_map") or {}):
+        return AutoModelForCausalLM
+    for name in raw.get("architectures") or []:
+        cls = getattr(transformers, name, None) if name.isidentifier() else None
+        if isinstance(cls, type) and issubclass(cls, PreTrainedModel):
+            return cls
+    return AutoModelForCausalLM
+
+
 def load_external(source: str, revision: str | None = None, device: str = "cpu",
                   trust_remote_code: bool = False) -> ExternalLM:
     """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a folder or a hub name, in float32 and eval mode."""
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     local = Path(source).expanduser()
     local = local if local.is_dir() else None
@@ -151,11 +214,15 @@ def load_external(source: str, revision: str | None = None, device: str = "cpu",
     where = str(local) if local is not None else source
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, revision=revision, trust_remote_code=trust_remote_code)
-        hf_model = AutoModelForCausalLM.from_pretrained(where, revision=revision, dtype=torch.float32,
-                                                        trust_remote_code=trust_remote_code)
+        model_class = _model_class(where, revision)
+        remote = {"trust_remote_code": trust_remote_code} if model_class.__name__.startswith("Auto") else {}
+        hf_model = model_class.from_pretrained(where, revision=revision, dtype=torch.float32, **remote)
     except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        hint = (" Its folder ships its own modeling code: pass --trust-remote-code if you trust it."
+                if "custom code" in str(exc) and not trust_remote_code else "")
         raise MixbenchError(f"--hf-model {source} could not be loaded as a transformers causal LM "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).") from None
+                            f"({type(exc).__name__}: {first}).{hint}") from None
     hf_model.to(device).eval()
     ours = Tokenizer.from_transformers(tokenizer, where)
     name = source if local is None else local.resolve().name

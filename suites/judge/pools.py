@@ -47,17 +47,30 @@ def player(run: RunRecord) -> str:
 
 def find_pools(store: ResultsStore, preset: str | None = None,
                suite_config: dict[str, Any] | None = None) -> list[Pool]:
-    """Generation runs grouped by (preset, seed, generation key); ``suite_config`` keeps only runs made with it."""
+    """Generation runs grouped by (preset, seed, generation key); ``suite_config`` keeps only runs made with it.
+    An external model's generations (docs/huggingface.md: no preset, no training seed) join every pool of their
+    generation key, and make a pool of their own with other external models where no mixbench model has one."""
     groups: dict[tuple, dict[str, RunRecord]] = {}
+    external: list[RunRecord] = []
     for run in store.iter_runs(samples=True):
         m = run.manifest
-        if not is_generation_run(run) or (preset is not None and m.subject.preset != preset):
+        if not is_generation_run(run) or (suite_config is not None and m.suite_config != suite_config):
             continue
-        if suite_config is not None and m.suite_config != suite_config:
+        if m.subject.kind == "external":
+            external.append(run)
             continue
-        key = (str(m.subject.preset), m.subject.seed, m.suite_info["generation_key"])
-        players = groups.setdefault(key, {})
-        older = players.get(player(run))
-        if older is None or older.manifest.written_at < m.written_at:
-            players[player(run)] = run
+        if preset is not None and m.subject.preset != preset:
+            continue
+        _newest(groups.setdefault((str(m.subject.preset), m.subject.seed, m.suite_info["generation_key"]), {}), run)
+    for run in external:
+        key = run.manifest.suite_info["generation_key"]
+        joined = [players for (_, _, g), players in groups.items() if g == key]
+        for players in joined or [groups.setdefault(("external", None, key), {})]:
+            _newest(players, run)
     return [Pool(p, s, g, dict(sorted(r.items()))) for (p, s, g), r in sorted(groups.items(), key=str)]
+
+
+def _newest(players: dict[str, RunRecord], run: RunRecord) -> None:
+    older = players.get(player(run))
+    if older is None or older.manifest.written_at < run.manifest.written_at:
+        players[player(run)] = run

@@ -122,6 +122,10 @@ class Throughput(Suite):
         "train_vs_floor", "prefill_vs_floor", "prefill_exponent", "crossover_prefill", "decode_ratio",
     )  # fmt: skip
     device_dependent: ClassVar[bool] = True
+    #: an external transformers model (docs/huggingface.md) is timed alone: its prefill, training and decode
+    #: through its own cache, exponents and decode ratio; no reference or floor at a backbone it does not have,
+    #: no state count and no mixer kernel
+    external: ClassVar[bool] = True
     #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios;
     #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it;
     #: 4: speed relative to the floor (``<mode>_vs_floor``) is the headline, peak memory is the exact tensor peak;
@@ -133,12 +137,14 @@ class Throughput(Suite):
         load_start = load_average()
         device = next(model.parameters()).device
         lengths = cfg.lengths or (GPU_LENGTHS if device.type == "cuda" else CPU_LENGTHS)
+        external = getattr(model, "external", False)
+        name = _label(model)
         reference = None
-        if cfg.reference and cfg.reference != model.spec.mixer:
+        if cfg.reference and cfg.reference != name and not external:
             reference = self._reference_model(model, device, cfg.reference)
-        floor_name = self._floor_name()
+        floor_name = "" if external else self._floor_name()
         floor = None
-        if floor_name and floor_name not in (model.spec.mixer, cfg.reference):
+        if floor_name and floor_name not in (name, cfg.reference):
             floor = self._reference_model(model, device, floor_name)
         points, ref_points, floor_points = self._sweep(model, reference, floor, lengths, device, ctx)
         tables = _tables(points, cfg.batch_sizes[0])
@@ -146,9 +152,10 @@ class Throughput(Suite):
         metrics = self._metrics(model, tables, reference_tables, lengths, device)
         if floor is not None:
             metrics += _floor_metrics(tables, _tables(floor_points, cfg.batch_sizes[0]), _context(model, lengths))
-        elif floor_name == model.spec.mixer:
+        elif floor_name and floor_name == name:
             metrics += _floor_itself(tables, _context(model, lengths))
-        plots = plot_tables(ctx.work_dir, model.spec.mixer, tables, cfg.reference, reference_tables)
+        plots = plot_tables(ctx.work_dir, name, tables, cfg.reference if reference is not None else "",
+                            reference_tables)
         points = points + [_tagged(p, "reference") for p in ref_points] + [_tagged(p, "floor") for p in floor_points]
         info = {
             "device": device_descriptor(device),
@@ -158,7 +165,8 @@ class Throughput(Suite):
                        "interleaved_with": cfg.reference if reference is not None else None},
             "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
             "kernel": model.kernel,
-            "packages": model.mixers[0].package_versions(),
+            "packages": {"transformers": model.descriptor.transformers} if external else
+            model.mixers[0].package_versions(),
             "lengths": list(lengths),
             "batch_sizes": list(cfg.batch_sizes),
             "reference": cfg.reference or None,
@@ -203,7 +211,7 @@ class Throughput(Suite):
                         points[name] += [by_length[t] for t in group]
                     if ctx.progress:
                         for t in group:
-                            print(f"[throughput {model.spec.mixer}] {done}/{total} {mode} T={t} B={batch}: "
+                            print(f"[throughput {_label(model)}] {done}/{total} {mode} T={t} B={batch}: "
                                   f"{_progress({name: by_length[t] for name, by_length in measured.items()})}",
                                   flush=True)
         return points["measured"], points.get("reference", []), points.get("floor", [])
@@ -259,9 +267,16 @@ class Throughput(Suite):
         train = tables.get("train", {}).get(context)
         if train is not None and train.peak_bytes is not None:
             out.append(Metric("train_peak_mb", train.peak_bytes / 2**20, False, unit="MiB"))
-        out.append(Metric("state_floats_max", float(model.state_size(max(lengths))), False, unit="floats/sequence"))
-        out += kernel_efficiency(model, self.cfg.batch_sizes[0], max(lengths), device, self.cfg.repeats)
+        if model.mixers:  # a mixbench model: its decode state and its mixer's own kernel
+            out.append(Metric("state_floats_max", float(model.state_size(max(lengths))), False,
+                              unit="floats/sequence"))
+            out += kernel_efficiency(model, self.cfg.batch_sizes[0], max(lengths), device, self.cfg.repeats)
         return out
+
+
+def _label(model) -> str:
+    """The mixer's name, or an external model's."""
+    return model.descriptor.name if getattr(model, "external", False) else model.spec.mixer
 
 
 def _context(model, lengths) -> int:

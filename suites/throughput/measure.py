@@ -164,8 +164,12 @@ def workload(model, mode: str, length: int, batch: int, device: torch.device, de
                 _, states = model(ids(length), model.init_states(batch, device))
             return states, ids(decode_tokens)
 
+        fork = getattr(model, "fork_states", None)  # an external model's cache changes in place (docs/huggingface.md)
+
         def decode(inputs):
             states, tokens = inputs
+            if fork is not None:
+                states = fork(states)
             with torch.no_grad():
                 for i in range(decode_tokens):
                     _, states = model.step(tokens[:, i], states)
