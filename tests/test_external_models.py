@@ -57,8 +57,9 @@ def test_bits_per_byte_of_external_models_beside_a_mixbench_row(tiny_models, att
     store = tmp_path / "results"
     common = ["--results", str(store), "--no-progress", "--suite-config", "splits=test"]
     assert main(["eval", "--suite", "perplexity", "--checkpoint", str(attention_checkpoint), *common]) == 0
-    for folder in tiny_models.values():
-        assert main(["eval", "--suite", "perplexity", "--hf-model", str(folder), *common]) == 0
+    for name, folder in tiny_models.items():  # transformers' Mamba runs its slow reference scan here: 8 windows
+        subset = ["max_windows=8"] if name == "mamba" else []
+        assert main(["eval", "--suite", "perplexity", "--hf-model", str(folder), *common, *subset]) == 0
     table = build_table(ResultsStore(store), all_configs=True)
     board = build_board(table)
     rows = {r.mixer: r for r in table.rows}
@@ -94,8 +95,9 @@ def test_decoding_through_the_models_own_cache_equals_transformers_generate(tiny
         model = load_external(str(folder))
         prompt = torch.tensor([[model.tokenizer.bos_id, *model.tokenizer.encode("Call me Ishmael. Some years")]])
         ours = model.generate(prompt, 10, temperature=0)
-        theirs = model.hf.generate(prompt, max_new_tokens=10, do_sample=False, eos_token_id=None,
-                                   pad_token_id=model.tokenizer.pad_id)
+        with model.own_code():
+            theirs = model.hf.generate(prompt, max_new_tokens=10, do_sample=False, eos_token_id=None,
+                                       pad_token_id=model.tokenizer.pad_id)
         assert torch.equal(ours, theirs)
         full, _ = model(ours)
         prefilled = model(prompt, model.init_states(1))[1]
@@ -117,17 +119,41 @@ def test_decoding_through_the_models_own_cache_equals_transformers_generate(tiny
             logits, states = model(ours[:, t:t + 1], states)
 
 
-def test_transformers_own_class_loads_a_folder_after_fla_reregisters_its_model_type(tiny_models):
-    """fla registers its own ``mamba`` with the Auto classes when imported (its kernels need Triton, absent on a
-    CPU): a folder naming transformers' MambaForCausalLM still loads with transformers' class and runs here."""
-    import fla.models  # noqa: F401  (the re-registration happens at import)
-    from transformers import AutoConfig
+_AFTER_MIXBENCHS_KERNELS = """
+import sys
+import torch
+import fla.models  # re-registers 'mamba' with the Auto classes
+from mixers.mamba.mamba_routing import install
+install()  # mamba-ssm importable without its CUDA extension
+from transformers import AutoConfig
+from harness.hf.external import load_external
+assert not AutoConfig.for_model("mamba").__class__.__module__.startswith("transformers.")
+model = load_external(sys.argv[1])
+assert type(model.hf).__module__ == "transformers.models.mamba.modeling_mamba", type(model.hf)
+assert model.descriptor.model_class == "MambaForCausalLM"
+import transformers.models.mamba.modeling_mamba as m
+assert m.mamba_selective_scan.__wrapped__ is not None  # bound to mamba-ssm's CUDA-only scan in this process
+prompt = torch.tensor([[1, 2, 3, 4]])
+assert torch.isfinite(model(prompt)[0]).all()
+ours = model.generate(prompt, 4, temperature=0)
+with model.own_code():
+    theirs = model.hf.generate(prompt, max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
+assert torch.equal(ours, theirs)
+print("ok")
+"""
 
-    assert not AutoConfig.for_model("mamba").__class__.__module__.startswith("transformers.")
-    model = load_external(str(tiny_models["mamba"]))
-    assert type(model.hf).__module__ == "transformers.models.mamba.modeling_mamba"
-    assert model.descriptor.model_class == "MambaForCausalLM"
-    assert torch.isfinite(model(torch.tensor([[1, 2, 3]]))[0]).all()
+
+def test_a_mamba_folder_runs_on_a_cpu_after_mixbench_imported_fla_and_mamba_ssm(tiny_models):
+    """In one process with mixbench's mixers: fla re-registers ``mamba`` with the Auto classes (its kernels need
+    Triton), and mixbench's Mamba routing makes mamba-ssm importable without CUDA, so transformers binds Mamba's scan
+    to mamba-ssm's CUDA kernel. The folder still loads with transformers' class and runs its reference code here.
+    (A fresh process: which module is imported first decides the binding.)"""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _AFTER_MIXBENCHS_KERNELS, str(tiny_models["mamba"])],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 def test_byte_lengths_count_the_text_for_both_tokenizers(tiny_models):

@@ -40,7 +40,8 @@ def board_row_table(runs: list) -> list[str]:
         for metric in run.metrics:
             if headline and metric.name not in headline:
                 continue
-            votes = "yes" if metric.votes else ("no: " + metric.unreliable if metric.unreliable else "no")
+            unreliable = (metric.unreliable or "").replace("|", "/")  # a table cell
+            votes = "yes" if metric.votes else (f"no: {unreliable}" if unreliable else "no")
             lines.append(f"| {m.suite} | {metric.name} | {_fmt(metric.value)} | {_interval(metric)} | "
                          f"{'' if metric.n is None else metric.n} | {votes} | {m.gate.status} (v{m.gate.version}) | "
                          f"`{run.run_id[:12]}` |")
@@ -98,7 +99,8 @@ def model_card(ckpt: Checkpoint, config: dict[str, Any], parameters: int, runs: 
         "The modeling file builds the model with mixbench's own code and refuses a mixbench whose mixer or backbone "
         "code differs from the code at export (the same weights could give other numbers). `generate()` decodes "
         "through the mixer's recurrent `step()`; pad batches on the right (left padding is refused). "
-        "Evaluate with lm-eval: `lm_eval --model hf --model_args pretrained=FOLDER,trust_remote_code=True,dtype=float32`.",
+        "Evaluate with lm-eval: "
+        "`lm_eval --model hf --model_args pretrained=FOLDER,trust_remote_code=True,dtype=float32`.",
         "",
     ]
     return "\n".join(lines)

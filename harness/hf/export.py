@@ -176,5 +176,6 @@ def push_to_hub(folder: Path, repo: str, private: bool = False) -> str:
     except Exception as exc:  # network, authentication, permissions: one sentence, no traceback
         from harness.store.redaction import redact_text
 
-        raise MixbenchError(redact_text(f"could not upload {folder} to {repo} ({type(exc).__name__}: {exc}).")) from None
+        reason = f"{type(exc).__name__}: {exc}"
+        raise MixbenchError(redact_text(f"could not upload {folder} to {repo} ({reason}).")) from None
     return str(getattr(info, "commit_url", repo))

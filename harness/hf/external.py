@@ -1,9 +1,9 @@
 """A ``transformers`` causal LM that mixbench did not train, scored by the suites (docs/huggingface.md).
 
-:func:`load_external` loads a model folder or hub name with ``AutoModelForCausalLM`` and its own tokenizer, and
-wraps it in :class:`ExternalLM`, which offers what the suites that accept external models
-(:attr:`harness.suite.Suite.external`) use of a mixbench model: ``model(ids) -> (logits, states)``, the decode
-states and ``step`` (the model's own ``transformers`` cache), ``generate`` (the very sampling loop of
+:func:`load_external` loads a model folder or hub name as a causal LM with its own tokenizer, and wraps it in
+:class:`ExternalLM`, which offers what the suites that accept external models (:attr:`harness.suite.Suite.external`)
+use of a mixbench model: ``model(ids) -> (logits, states)``, the decode states and ``step`` (the model's own
+``transformers`` cache, forked where it cannot be rewound), ``generate`` (the very sampling loop of
 :meth:`harness.model.backbone.MixerLM.generate`), the context it supports and its size. It has no mixers: the
 conformance gate's mixer checks do not apply, :func:`model_checks` runs the model-level ones instead.
 
@@ -14,6 +14,7 @@ folder is another model (:func:`harness.store.identity.external_identity`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from torch import nn
 
 from harness.corpus.tokenizer import Tokenizer
 from harness.errors import ConfigError, MixbenchError
+from harness.hf import reference_kernels
 from harness.model.backbone import MixerLM
 
 #: files whose bytes name a local model (weights and the config that gives them meaning)
@@ -69,6 +71,17 @@ class ExternalLM(nn.Module):
                                      getattr(cfg, "num_hidden_layers", None))
         self.mixers: list[Any] = []  # no mixbench mixers: nothing to route, intervene on or gate
         self.kernel = "transformers"
+        self._kernel_bindings = reference_kernels.reference_functions(hf_model)
+
+    def own_code(self) -> contextlib.AbstractContextManager:
+        """A block in which the model runs on a CPU with transformers' reference functions, not third-party kernels
+        that need CUDA or Triton (:mod:`harness.hf.reference_kernels`); on a GPU it changes nothing."""
+        on_cpu = next(self.hf.parameters()).device.type == "cpu"
+        return reference_kernels.using(self._kernel_bindings if on_cpu else [])
+
+    def _call(self, **kwargs: Any) -> Any:
+        with self.own_code():
+            return self.hf(**kwargs)
 
     def num_parameters(self, exclude_embedding: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())
@@ -84,7 +97,7 @@ class ExternalLM(nn.Module):
         """``ids: [B, T]`` -> logits ``[B, T, V]`` (float32) and, when ``states`` is given (the list
         :meth:`init_states` returns), the states after these tokens; with ``targets`` the mean cross-entropy."""
         if states is None:
-            logits = self.hf(input_ids=ids, use_cache=False).logits.float()
+            logits = self._call(input_ids=ids, use_cache=False).logits.float()
             if targets is not None:
                 return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100), None
             return logits, None
@@ -100,7 +113,7 @@ class ExternalLM(nn.Module):
                     logits.append(logits_t)
                 return torch.cat(logits, 1), states
         with torch.no_grad():  # a stateful forward decodes; a cache that holds no graph can be forked (deepcopy)
-            out = self.hf(input_ids=ids, cache=cache, use_cache=True)
+            out = self._call(input_ids=ids, cache=cache, use_cache=True)
         cache = out.get("cache", None)
         if cache is None:
             cache = out.get("past_key_values", None)
@@ -131,7 +144,7 @@ class ExternalLM(nn.Module):
         return logits[:, -1], states
 
     def hidden_states(self, ids: torch.Tensor) -> list[torch.Tensor]:
-        return list(self.hf(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states)
+        return list(self._call(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states)
 
     def state_size(self, seq_len: int) -> int | None:
         return None  # a transformers cache's size is the model's business; not measured
@@ -185,24 +198,26 @@ def _rewind(cache: Any, states: list[Any]) -> None:
 def _model_class(where: str, revision: str | None) -> Any:
     """The class that loads the folder. Another package imported in the same process may re-register a model type
     with the Auto classes (fla registers its own ``mamba``, whose kernels need Triton), so a folder whose config
-    names a class transformers itself ships is loaded with that class; custom code (``auto_map``) and unknown
-    architectures go through ``AutoModelForCausalLM``."""
+    names a causal LM class transformers itself ships is loaded with that class; custom code (``auto_map``) and
+    other architectures go through ``AutoModelForCausalLM``, which refuses what is not a causal LM."""
     import transformers
-    from transformers import AutoModelForCausalLM, PreTrainedModel
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     raw, _ = transformers.PreTrainedConfig.get_config_dict(where, revision=revision)
     if "AutoModelForCausalLM" in (raw.get("auto_map") or {}):
         return AutoModelForCausalLM
+    causal_lms = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())  # transformers' own table: not re-registered
     for name in raw.get("architectures") or []:
-        cls = getattr(transformers, name, None) if name.isidentifier() else None
-        if isinstance(cls, type) and issubclass(cls, PreTrainedModel):
-            return cls
+        if name in causal_lms:
+            return getattr(transformers, name)
     return AutoModelForCausalLM
 
 
 def load_external(source: str, revision: str | None = None, device: str = "cpu",
                   trust_remote_code: bool = False) -> ExternalLM:
-    """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a folder or a hub name, in float32 and eval mode."""
+    """A folder or a hub name as a causal LM (:func:`_model_class`) with its ``AutoTokenizer``, in float32 and eval
+    mode."""
     import transformers
     from transformers import AutoTokenizer
 
