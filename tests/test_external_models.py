@@ -273,3 +273,29 @@ def test_an_external_model_is_rated_by_the_judge_beside_mixbench_models(tiny_mod
     assert gens[0].samples[0]["prompt"] == gens[1].samples[0]["prompt"]  # the same prompts, each model's tokenizer
     rated = {r.manifest.subject.kind for r in store.iter_runs(samples=False) if r.manifest.kind == "aggregate"}
     assert rated == {"model", "external"}
+
+
+def test_an_edited_folder_is_another_model_and_an_unchanged_one_is_not_scored_again(tmp_path):
+    """A stale number must not stand for new weights: the revision hashes the weight and config files, so a folder
+    re-saved with other weights gets a new run (and a new row), while rerunning an unchanged folder writes nothing."""
+    texts = [d.text for d in load_documents(DataConfig())["train"][:40]]
+    folder = save_tiny_llama(tmp_path / "my-llama", texts, seed=0)
+    store = tmp_path / "results"
+    args = ["eval", "--suite", "perplexity", "--hf-model", str(folder), "--results", str(store), "--no-progress",
+            "--suite-config", "splits=test", "max_windows=4", "bootstrap=50"]
+
+    def runs():
+        return sorted(r.run_id for r in ResultsStore(store).iter_runs(samples=False))
+
+    assert main(args) == 0
+    first = runs()
+    assert main(args) == 0 and runs() == first  # unchanged: skipped
+    save_tiny_llama(folder, texts, seed=1)  # same name, other weights
+    assert main(args) == 0
+    after = runs()
+    assert len(after) == 2 and set(first) < set(after)
+    revisions = {r.manifest.subject.mixer_config["revision"] for r in ResultsStore(store).iter_runs(samples=False)}
+    values = {r.metric("bpb").value for r in ResultsStore(store).iter_runs(samples=False)}
+    assert len(revisions) == 2 and len(values) == 2
+    rows = build_table(ResultsStore(store), all_configs=True).rows
+    assert len(rows) == 2 and len({r.label for r in rows}) == 2  # two rows, told apart by their revisions
