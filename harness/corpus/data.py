@@ -34,7 +34,7 @@ import io
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from harness.config import DataConfig, content_hash
 from harness.errors import MixbenchError, UnknownNameError
 from harness.store.storage import atomic_write, cache_dir as mixbench_cache
+from harness.corpus.protocol import check_read
 from harness.corpus.tokenizer import Tokenizer, digest_texts, train_bpe
 
 SPLITS = ("train", "validation", "test", "validation_ood", "test_ood")
@@ -488,6 +489,35 @@ def _encode(tokenizer: Tokenizer, texts: list[str], desc: str, progress: bool) -
     return out
 
 
+class SplitDocuments(Mapping):
+    """The documents of each split, read through :func:`harness.corpus.protocol.check_read`: a selection run
+    cannot read a test split, and every run records the splits it read (docs/protocol.md)."""
+
+    def __init__(self, documents: dict[str, list[Document]]):
+        self._documents = dict(documents)
+
+    def __getitem__(self, split: str) -> list[Document]:
+        docs = self._documents[split]
+        check_read(split)
+        return docs
+
+    def __contains__(self, split: object) -> bool:
+        return split in self._documents
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._documents)
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def ids(self, split: str) -> list[str]:
+        """The document ids of ``split`` (what pins a held-out set in a manifest; no text is read)."""
+        return [d.id for d in self._documents[split]]
+
+    def count(self, split: str) -> int:
+        return len(self._documents[split])
+
+
 class Corpus:
     """Splits of documents, their tokenizer, and the token views training and the suites use."""
 
@@ -501,7 +531,7 @@ class Corpus:
         progress: bool = True,
     ):
         self.cfg = cfg
-        self.documents = documents
+        self.documents = SplitDocuments(documents)
         self.tokenizer = tokenizer
         self.train_tokens = train_tokens
         self.fingerprint = fingerprint  # documents of every split + tokenizer
@@ -512,12 +542,12 @@ class Corpus:
         train_tokens.flags.writeable = False
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{s}={len(self.documents[s])}" for s in SPLITS)
+        sizes = ", ".join(f"{s}={self.documents.count(s)}" for s in SPLITS)
         return f"Corpus({self.cfg.source}: {sizes} docs, {len(self.train_tokens)} train tokens, {self.tokenizer})"
 
     def split_doc_ids(self) -> dict[str, list[str]]:
         """Document ids per split, in split order: what the manifest records to pin the held-out sets."""
-        return {s: [d.id for d in self.documents[s]] for s in SPLITS}
+        return {s: self.documents.ids(s) for s in SPLITS}
 
     def train_batch(self, step: int, batch_size: int, context: int, seed: int) -> torch.Tensor:
         """``[batch_size, context+1]`` int64 windows at offsets drawn from ``(seed, step)`` alone, so a resumed run
@@ -537,6 +567,7 @@ class Corpus:
         end-of-text id except for an external model's tokenizer with its own (:attr:`Tokenizer.bos_id`)."""
         if split not in self.documents:
             raise UnknownNameError("split", split, SPLITS)
+        check_read(split)  # on every call: the encoded split is kept, and a later selection must still be refused
         if split not in self._encoded:
             docs = self.documents[split]
             encoded = _encode(self.tokenizer, [d.text for d in docs], f"encoding {split}", self.progress)

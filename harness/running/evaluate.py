@@ -10,6 +10,7 @@ written; ``skip_gate`` scores anyway and records it.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 import time
@@ -17,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.corpus.protocol import recording_reads, selecting
 from harness.model.checkpoint import Checkpoint, load_model
-from harness.config import PRESETS, BackboneConfig, DataConfig, ModelSpec, TrainConfig, get_preset, to_dict
+from harness.config import PRESETS, BackboneConfig, DataConfig, ModelSpec, RunSpec, TrainConfig, get_preset, to_dict
+from harness.model.recipes import UNTUNED, recipe_status
+from harness.model.specs import preset_defaults
 from harness.errors import MixbenchError
 from harness.model.gate import require_gate
 from harness.store.identity import Identity, mixer_identity, model_identity, row_identity, trained_identity
@@ -143,12 +147,13 @@ def score_and_write(run: PlannedRun, suite_obj, model, corpus, seed: int, subjec
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
         ctx = SuiteContext(corpus, Path(options.work_dir or scratch), seed, run.device, options.progress)
         t0 = time.perf_counter()
-        result = suite_obj.run(model, ctx)
+        with recording_reads() as reads:
+            result = suite_obj.run(model, ctx)
         seconds = time.perf_counter() - t0
         manifest = build_manifest(
             entry, suite_obj.cfg, run.config_source, subject, gate, run.identity, result,
             timings={**timings, "eval_s": round(seconds, 3)},
-            data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids()},
+            data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids(), **protocol_record(reads)},
         )
         store.write_run(run.identity.id, manifest, result, force=options.force)
     if options.aggregate:
@@ -182,6 +187,13 @@ def _evaluate_mixer(run: PlannedRun, suite_obj, mixer: str, mixer_config: dict[s
     if options.aggregate:
         write_aggregate(store, suite_obj, progress)
     return EvalOutcome(run.identity.id, entry.name, False, seconds)
+
+
+def protocol_record(reads: set[str]) -> dict[str, Any]:
+    """What a run's manifest says of the protocol it scored under (docs/protocol.md, "Splits"): the held-out
+    splits it read and whether it selected (tuning) or scored."""
+    purpose = selecting()
+    return {"splits_read": sorted(reads), "protocol": f"selection: {purpose}" if purpose else "scoring"}
 
 
 def write_aggregate(store: ResultsStore, suite_obj: Any, progress: bool) -> list[str]:
@@ -218,7 +230,7 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
     """What the board needs to know about a scored checkpoint: who it is and what it costs."""
     spec = ckpt.spec
     source, full, diff = _mixer_parts(spec.model.mixer, spec.model.mixer_config)
-    preset_backbone, preset_train, preset_data = _preset_defaults(spec.preset)
+    preset_backbone, preset_train, preset_data = _preset_defaults(spec)
     backbone = to_dict(spec.model.backbone)
     train = to_dict(spec.train)
     return Subject(
@@ -240,6 +252,7 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         checkpoint_step=ckpt.step,
         weights_sha256=ckpt.meta.get("weights_sha256"),
         parameters=model.num_parameters(),
+        non_embedding_parameters=model.num_parameters(exclude_embedding=True),
         state_floats=model.state_size(spec.model.backbone.context),
         train_flops=ckpt.meta.get("train_flops"),
         train_tokens_per_s=ckpt.meta.get("tokens_per_s"),
@@ -249,6 +262,9 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         packages=model.mixers[0].package_versions(),
         loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
         learning_curve=[dict(r) for r in ckpt.meta.get("learning_curve", [])],
+        recipe=recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, train)
+        if spec.preset in PRESETS else UNTUNED,
+        output_init=model.output_init,
         **control_flags(spec.model.mixer),
     )
 
@@ -259,13 +275,21 @@ def mixer_subject(mixer: str, mixer_config: dict[str, Any], identity: Identity) 
                    mixer_source=source, mixer_config=full, config_diff=diff, **control_flags(mixer))
 
 
-def _preset_defaults(preset: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The backbone, training and data values a model of ``preset`` has by default (for the board's labels)."""
-    if preset not in PRESETS:
+def _preset_defaults(spec: RunSpec) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The backbone, training and data values a model of this mixer config has by default at its preset (for the
+    board's labels): the MLP width matched at the model's own backbone and its recipe's training values are
+    defaults, not differences (:func:`harness.model.specs.preset_defaults`)."""
+    if spec.preset not in PRESETS:
         return {}, {}, {}
-    p = PRESETS[preset]
+    p = PRESETS[spec.preset]
     backbone = to_dict(BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
-    return backbone, to_dict(TrainConfig(**p.train)), to_dict(DataConfig(vocab_size=p.vocab_size))
+    try:
+        matched, train = preset_defaults(spec.preset, spec.model.mixer, spec.model.mixer_config,
+                                         dataclasses.replace(spec.model.backbone, ffn_hidden=0))
+        backbone["ffn_hidden"] = matched.ffn_hidden
+    except MixbenchError:  # a mixer that cannot be matched at this backbone: its width is its own
+        train = dict(p.train)
+    return backbone, to_dict(TrainConfig(**train)), to_dict(DataConfig(vocab_size=p.vocab_size))
 
 
 def build_manifest(
