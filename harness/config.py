@@ -44,6 +44,10 @@ def _positive(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be positive, got {value}.")
 
 
+#: which residual branches carry a learnable gate (:attr:`BackboneConfig.residual_gates`)
+RESIDUAL_GATES = ("none", "mixer", "all")
+
+
 @dataclass(frozen=True)
 class BackboneConfig:
     """The LLaMA-3 style stack shared by every mixer (docs/DESIGN.md §3)."""
@@ -56,12 +60,12 @@ class BackboneConfig:
     dropout: float = 0.0
     norm_eps: float = 1e-5
     init_std: float = 0.02
-    #: scale each mixer's output by a learnable scalar that starts at ``mixer_gate_init`` (ReZero, SkipInit);
-    #: without it, at the quickstart's budget, Adam's first steps blow up the near-constant part of averaging
-    #: mixers' outputs and the models stall at the unigram plateau a context-free model leaves at once
-    #: (docs/controls.md)
-    mixer_gate: bool = False
-    mixer_gate_init: float = 0.1
+    #: learnable scalars on residual branches, the same for every mixer (docs/protocol.md, "One backbone rule"):
+    #: ``none``; ``mixer`` (the mixer's branch only); ``all`` (the mixer's and the MLP's: ReZero, SkipInit,
+    #: LayerScale), each starting at ``residual_gate_init``. Under Adam a small gate acts as a learning-rate
+    #: multiplier of its branch (docs/controls.md), so the choice is made on validation with tuned learning rates.
+    residual_gates: str = "none"
+    residual_gate_init: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_layers", "context", "vocab_size"):
@@ -73,8 +77,10 @@ class BackboneConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.")
         _positive("init_std", self.init_std)
-        if not 0.0 <= self.mixer_gate_init <= 1.0:
-            raise ConfigError(f"mixer_gate_init must be in [0, 1], got {self.mixer_gate_init}.")
+        if self.residual_gates not in RESIDUAL_GATES:
+            raise ConfigError(f"residual_gates must be one of {', '.join(RESIDUAL_GATES)}, got {self.residual_gates!r}.")
+        if not 0.0 <= self.residual_gate_init <= 1.0:
+            raise ConfigError(f"residual_gate_init must be in [0, 1], got {self.residual_gate_init}.")
 
     @property
     def ffn_dim(self) -> int:
@@ -155,12 +161,22 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class Preset:
+    """A named setting. ``match``: ``params`` sets each mixer's MLP width so its non-embedding parameters are within
+    5% of ``match_reference``'s (docs/protocol.md, "Matched sizes"), ``none`` keeps one width; the training values
+    of a mixer's recipe file, when it has one, replace ``train``'s (harness/model/recipes.py)."""
+
     name: str
     backbone: dict[str, Any]
     train: dict[str, Any]
     vocab_size: int
     description: str = ""
+    match: str = "none"
+    match_reference: str = ""
 
+
+#: the mixer whose non-embedding parameter count the board presets match every model to (docs/protocol.md): the
+#: Transformer every mixer paper compares with
+MATCH_REFERENCE = "attention"
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -171,10 +187,12 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=65_536, batch_size=8, lr=3e-3, eval_every=0, checkpoint_every=0),
             vocab_size=512,
             description="tests",
+            match="params",
+            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "quick",
-            dict(d_model=128, n_layers=4, context=256, mixer_gate=True),
+            dict(d_model=128, n_layers=4, context=256, residual_gates="mixer"),
             # The recipe at which each of the paper's four mixers beats the context-free control on perplexity
             # (docs/controls.md, "The recipe"; benchmarks/control_recipes.py): 328k tokens as 320 steps of 4 x 256,
             # a 512-token BPE and the mixer gate. At 4096 tokens, 80 steps of 16 x 256 and no gate, a model without
@@ -183,6 +201,8 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=327_680, batch_size=4, lr=3e-3, eval_every=80, checkpoint_every=80),
             vocab_size=512,
             description="the embedded default on a 2-core CPU",
+            match="params",
+            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "paper-small",
@@ -190,6 +210,8 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=250_000_000, batch_size=32, lr=6e-4, eval_every=1000, checkpoint_every=1000),
             vocab_size=16384,
             description="the ProtoT paper's fixed backbone",
+            match="params",
+            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "paper-large",
@@ -197,6 +219,8 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=1_000_000_000, batch_size=32, lr=6e-4, eval_every=1000, checkpoint_every=1000),
             vocab_size=16384,
             description="the ProtoT paper's large setting",
+            match="params",
+            match_reference=MATCH_REFERENCE,
         ),
     ]
 }

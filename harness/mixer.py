@@ -161,6 +161,13 @@ class Mixer(nn.Module):
     def units(self) -> list[Unit]:
         return []
 
+    def output_projection(self) -> nn.Linear | None:
+        """The linear map that writes this mixer's output into the residual stream (attention's ``o_proj``,
+        Mamba's ``out_proj``). The backbone initialises it, one rule for every mixer (docs/protocol.md, "One
+        backbone rule"), so no mixer starts its branch louder than another. ``None`` (the default) leaves the
+        mixer's own initialisation in place, and the model's manifest says so (``out_init: mixer``)."""
+        return None
+
     def chunk_lengths(self) -> tuple[int, ...]:
         """Chunk lengths of the kernels this layer runs, so the conformance gate tests sequences that straddle
         every chunk boundary (it always adds 16, 32 and 64). Override when a kernel chunks at other lengths."""

@@ -144,7 +144,7 @@ def test_a_control_has_no_units_which_is_not_zero(none_checkpoint, tmp_path):
 
 
 def test_the_backbone_gate_starts_closed_and_opens_with_training():
-    spec = ModelSpec("attention", {}, BackboneConfig(32, 2, 16, 64, mixer_gate=True, mixer_gate_init=0.0))
+    spec = ModelSpec("attention", {}, BackboneConfig(32, 2, 16, 64, residual_gates="mixer", residual_gate_init=0.0))
     from harness.model.backbone import build_model
 
     model = build_model(spec, seed=0)

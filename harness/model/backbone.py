@@ -54,23 +54,26 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.ffn = SwiGLU(cfg.d_model, cfg.ffn_dim, cfg.dropout)
         self.dropout = nn.Dropout(cfg.dropout)
-        # a gate on the mixer branch (docs/controls.md; ReZero, SkipInit): a scalar that starts small, so every
-        # update of the branch is scaled down until the layer's gradient asks for more mixing
-        self.mixer_gate = nn.Parameter(torch.full((), cfg.mixer_gate_init)) if cfg.mixer_gate else None
+        # gates on residual branches (docs/protocol.md; ReZero, SkipInit, LayerScale): scalars that start small,
+        # so every update of the branch is scaled down until the layer's gradient asks for more of it
+        gates = {"none": (), "mixer": ("mixer",), "all": ("mixer", "ffn")}[cfg.residual_gates]
+        self.mixer_gate = nn.Parameter(torch.full((), cfg.residual_gate_init)) if "mixer" in gates else None
+        self.ffn_gate = nn.Parameter(torch.full((), cfg.residual_gate_init)) if "ffn" in gates else None
 
-    def gated(self, y: torch.Tensor) -> torch.Tensor:
-        return y if self.mixer_gate is None else y * self.mixer_gate
+    @staticmethod
+    def _gated(y: torch.Tensor, gate: nn.Parameter | None) -> torch.Tensor:
+        return y if gate is None else y * gate
 
     def forward(self, x: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         y, state = self.mixer(self.mixer_norm(x), state)
-        x = x + self.dropout(self.gated(y))
-        x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = x + self.dropout(self._gated(y, self.mixer_gate))
+        x = x + self.dropout(self._gated(self.ffn(self.ffn_norm(x)), self.ffn_gate))
         return x, state
 
     def step(self, x_t: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         y, state = self.mixer.step(self.mixer_norm(x_t), state)
-        x_t = x_t + self.gated(y)
-        return x_t + self.ffn(self.ffn_norm(x_t)), state
+        x_t = x_t + self._gated(y, self.mixer_gate)
+        return x_t + self._gated(self.ffn(self.ffn_norm(x_t)), self.ffn_gate), state
 
 
 class MixerLM(nn.Module):
@@ -96,16 +99,31 @@ class MixerLM(nn.Module):
 
     # ------------------------------------------------------------------ setup
     def _init_weights(self) -> None:
-        """N(0, 0.02) embedding (docs/PAPERS.md §A.1); output projections scaled by 1/sqrt(2L) (GPT-2/nanoGPT).
+        """N(0, 0.02) embedding (docs/PAPERS.md §A.1); every branch's output projection, the MLP's and each
+        mixer's (:meth:`harness.mixer.Mixer.output_projection`), N(0, 0.02 / sqrt(2L)) (GPT-2/nanoGPT, Mamba's
+        ``rescale_prenorm_residual``): one rule for every mixer, applied here, so no mixer's branch starts louder
+        than another's (docs/protocol.md, "One backbone rule").
 
-        Mixers initialise their own parameters in their constructors; only the backbone's are touched here.
+        Mixers initialise their other parameters in their constructors.
         """
         std = self.config.init_std
+        out_std = std / math.sqrt(2 * self.config.n_layers)
         nn.init.normal_(self.embed.weight, 0.0, std)
         for block in self.blocks:
             for lin in (block.ffn.gate, block.ffn.up):
                 nn.init.normal_(lin.weight, 0.0, std)
-            nn.init.normal_(block.ffn.down.weight, 0.0, std / math.sqrt(2 * self.config.n_layers))
+            nn.init.normal_(block.ffn.down.weight, 0.0, out_std)
+            out = block.mixer.output_projection()
+            if out is not None:
+                nn.init.normal_(out.weight, 0.0, out_std)
+                if out.bias is not None:
+                    nn.init.zeros_(out.bias)
+
+    @property
+    def output_init(self) -> str:
+        """``backbone`` when the backbone initialised every mixer's output projection, else ``mixer``: a plugin
+        that declares none keeps its own (recorded with the model; docs/protocol.md)."""
+        return "backbone" if all(m.output_projection() is not None for m in self.mixers) else "mixer"
 
     @property
     def mixers(self) -> list[Mixer]:

@@ -367,8 +367,8 @@ def run_checks(
     if backbone is None:
         p = get_preset(preset)
         backbone = BackboneConfig(vocab_size=p.vocab_size, **p.backbone)
-    # the backbone's mixer gate starts at 0 and would hide the mixer from the model-level checks
-    backbone = dataclasses.replace(backbone, mixer_gate=False)
+    # a residual gate that starts small would hide the mixer from the model-level checks
+    backbone = dataclasses.replace(backbone, residual_gates="none")
     spec = ModelSpec(mixer, dict(mixer_config or {}), backbone)
     from harness.model.specs import validate_model
 

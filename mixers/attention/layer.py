@@ -91,8 +91,10 @@ class Attention(Mixer):
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
         for lin in (self.q_proj, self.k_proj, self.v_proj):
             nn.init.normal_(lin.weight, 0.0, 0.02)
-        nn.init.normal_(self.o_proj.weight, 0.0, 0.02 / math.sqrt(2 * n_layers))
-        self._head_mask: torch.Tensor | None = None
+        self._head_mask: torch.Tensor | None = None  # o_proj: initialised by the backbone (output_projection)
+
+    def output_projection(self) -> nn.Linear:
+        return self.o_proj
 
     def default_kernel(self, device: torch.device) -> str:
         return "sdpa"

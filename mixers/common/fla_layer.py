@@ -13,7 +13,8 @@ same way for every such mixer:
   for layers that read positions, :attr:`tracks_position`). States are never modified in place: ``step``
   clones them first, since fla's CUDA decode kernels write caches in place.
 * **Initialisation.** fla's model recipe (``FLAPreTrainedModel._init_weights``: N(0, 0.02) for every linear and
-  convolution weight, zero biases) unless the subclass overrides :meth:`init_weights` (RWKV-7 has its own).
+  convolution weight, zero biases) unless the subclass overrides :meth:`init_weights` (RWKV-7 has its own);
+  ``o_proj`` is then drawn again by the backbone's one rule for every mixer (docs/protocol.md).
 * **Units.** Heads: contiguous slices of ``o_proj``'s input of :meth:`_unit_width` channels, masked there.
 """
 
@@ -122,14 +123,14 @@ class FlaLayerMixer(RoutedMixer):
     def default_kernel(self, device: torch.device) -> str:
         return "triton" if device.type == "cuda" else "chunk"
 
-    def _output_projection(self) -> nn.Linear:
+    def output_projection(self) -> nn.Linear:
         return self.layer.o_proj
 
     def _unit_width(self) -> int:
         return self.layer.head_v_dim
 
     def units(self) -> list[Unit]:
-        n_heads = self._output_projection().in_features // self._unit_width()
+        n_heads = self.output_projection().in_features // self._unit_width()
         return [Unit(self.layer_idx, h, "head", {"head_v_dim": float(self._unit_width())}) for h in range(n_heads)]
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:

@@ -87,7 +87,7 @@ class RoutedMixer(Mixer):
         return package_versions(tuple(self.packages))
 
     # ------------------------------------------------------------------ interventions
-    def _output_projection(self) -> nn.Linear:
+    def output_projection(self) -> nn.Linear:
         raise NotImplementedError
 
     def _unit_width(self) -> int:
@@ -96,7 +96,7 @@ class RoutedMixer(Mixer):
 
     def _install_unit_mask(self) -> None:
         """Call once the wrapped layer exists."""
-        self._output_projection().register_forward_pre_hook(self._mask_units)
+        self.output_projection().register_forward_pre_hook(self._mask_units)
 
     def _mask_units(self, module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
         if self._keep is None:
@@ -110,9 +110,9 @@ class RoutedMixer(Mixer):
     @contextlib.contextmanager
     def intervene(self, unit_ids: Sequence[int], mode: str) -> Iterator[None]:
         width = self._unit_width()
-        n_units = self._output_projection().in_features // width
+        n_units = self.output_projection().in_features // width
         ids = self._check_intervention(unit_ids, mode, n_units)
-        keep = torch.ones(n_units, device=self._output_projection().weight.device)
+        keep = torch.ones(n_units, device=self.output_projection().weight.device)
         keep[ids] = 0.0
         keep = keep.repeat_interleave(width)
         previous = self._keep

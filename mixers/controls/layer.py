@@ -12,12 +12,11 @@ trained and scored exactly like them, never ranked:
 
 Both declare ``control = True`` (the core finds controls by that flag, never by name); ``none`` also declares
 ``context_free = True``, which the conformance gate verifies (no output may depend on another position).
-``W`` starts like every mixer's output projection, N(0, 0.02 / sqrt(2 L)).
+``W`` is the output projection: the backbone initialises it like every mixer's (docs/protocol.md).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +41,10 @@ class _LinearControl(Mixer):
 
     def __init__(self, cfg: ControlConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
-        nn.init.normal_(self.proj.weight, 0.0, 0.02 / math.sqrt(2 * n_layers))
+        self.proj = nn.Linear(d_model, d_model, bias=False)  # initialised by the backbone (output_projection)
+
+    def output_projection(self) -> nn.Linear:
+        return self.proj
 
 
 @register_mixer("none", config=ControlConfig)

@@ -18,7 +18,8 @@ Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one on
 State goes through the layer's own cache protocol (a one-layer stand-in for fla's ``Cache``): the recurrent
 state [B, H, K, V] (Gated DeltaNet stores it [B, H, V, K]) plus, with short convolutions, the last ``conv_size``
 inputs of the q, k and v convolutions: O(1) in the length. Initialisation is fla's model recipe
-(``FLAPreTrainedModel._init_weights``: N(0, 0.02) for every linear and convolution weight, zero biases).
+(``FLAPreTrainedModel._init_weights``: N(0, 0.02) for every linear and convolution weight, zero biases), except
+``o_proj``, which the backbone initialises by its one rule for every mixer (docs/protocol.md).
 Units are heads (zeroed before ``o_proj`` by the mask intervention); the recorder gets the recurrent state's
 norm per head after each stateful call.
 """
@@ -147,7 +148,7 @@ class _DeltaBase(RoutedMixer):
         flops = 3 * delta_rule.chunked_flops(batch, seq_len, H, K, V)
         return KernelBenchmark(run, flops, "chunked delta rule, forward + backward")
 
-    def _output_projection(self) -> nn.Linear:
+    def output_projection(self) -> nn.Linear:
         return self.layer.o_proj
 
     def _unit_width(self) -> int:

@@ -22,8 +22,9 @@ the same parameters and the same routed scans: the conv reads the carried inputs
 carried SSM state is added in closed form for Mamba-1 (its scans have no initial-state argument) or passed as
 ``initial_states`` for Mamba-2.
 
-Initialisation is the package's, plus the rescaling its ``MambaLMHeadModel`` applies with an MLP in every block:
-``out_proj`` divided by sqrt(2 * n_layers). Units are Mamba-1 channels / Mamba-2 heads with their decay per step
+Initialisation is the package's, except ``out_proj``, which the backbone initialises by its one rule for every
+mixer (N(0, 0.02 / sqrt(2 * n_layers)), the scale ``MambaLMHeadModel`` rescales to with an MLP in every block;
+docs/protocol.md). Units are Mamba-1 channels / Mamba-2 heads with their decay per step
 at the bias step size; the recorder gets the SSM state's norm per unit after each stateful call.
 """
 
@@ -88,8 +89,8 @@ class _MambaBase(RoutedMixer):
         self.routing = mamba_routing.install()
 
     def _finish_init(self, n_layers: int) -> None:
-        with torch.no_grad():  # MambaLMHeadModel's GPT-2 style rescaling, two residual branches per block
-            self.mamba.out_proj.weight.div_(math.sqrt(2 * n_layers))
+        # out_proj: initialised by the backbone (output_projection), which also gives MambaLMHeadModel's GPT-2
+        # style scale for two residual branches per block
         self._install_unit_mask()
 
     def default_kernel(self, device: torch.device) -> str:
@@ -97,7 +98,7 @@ class _MambaBase(RoutedMixer):
             return "cuda"
         return self.portable_kernels[-1]  # the fastest portable kernel
 
-    def _output_projection(self) -> nn.Linear:
+    def output_projection(self) -> nn.Linear:
         return self.mamba.out_proj
 
     def forward(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None = None):

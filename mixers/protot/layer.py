@@ -87,8 +87,7 @@ class ProtoT(Mixer):
         self.alpha = nn.Parameter(torch.tensor(1.0))
         self.value = nn.Linear(d, self.value_dim, bias=False)  # V: d -> d/2
         self.out = nn.Linear(self.value_dim, d, bias=False)  # U: d/2 -> d
-        nn.init.normal_(self.value.weight, 0.0, 0.02)
-        nn.init.normal_(self.out.weight, 0.0, 0.02 / math.sqrt(2 * n_layers))
+        nn.init.normal_(self.value.weight, 0.0, 0.02)  # out: initialised by the backbone (output_projection)
         if not self.shared_routing:
             self.read_query = nn.Linear(d, d, bias=False)  # W: d -> d
             self.tau_read = nn.Parameter(torch.tensor(cfg.tau_init))
@@ -123,6 +122,9 @@ class ProtoT(Mixer):
         if self.has_conv:
             products += 2 * m * self.cfg.conv_width
         return FlopCount.training(products + 6 * R * m + 3 * R)
+
+    def output_projection(self) -> nn.Linear:
+        return self.out
 
     def no_weight_decay(self) -> set[str]:
         return {"prototypes"}

@@ -129,8 +129,8 @@ def output_projection(mixer) -> tuple[torch.nn.Linear, int] | None:
 
     Attention masks head outputs before ``o_proj`` (one head = ``head_dim`` channels); the routed mixers (Mamba,
     DeltaNet) name their projection and block width themselves."""
-    if hasattr(mixer, "_output_projection") and hasattr(mixer, "_unit_width"):
-        return mixer._output_projection(), mixer._unit_width()
+    if hasattr(mixer, "output_projection") and hasattr(mixer, "_unit_width"):
+        return mixer.output_projection(), mixer._unit_width()
     if getattr(mixer, "name", "") == "attention" and hasattr(mixer, "o_proj"):
         return mixer.o_proj, mixer.head_dim
     return None
