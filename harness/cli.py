@@ -45,6 +45,9 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--kernel", default=None, help="force a mixer kernel (default: the fastest for the device)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="mixer config fields")
+    p.add_argument("--match", default=None, choices=("params", "none"),
+                   help="params: each mixer's MLP width set so its non-embedding parameters are within 5%% of the "
+                        "preset's reference mixer's (the presets' default); none: one MLP width (docs/protocol.md)")
     p.add_argument("--force", action="store_true", help="redo work that already exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -178,8 +181,40 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--force", action="store_true", help="redo runs the store already holds")
     p.add_argument("--no-progress", action="store_true")
 
+    p = sub.add_parser("tune", parents=[_common()],
+                       help="choose each mixer's learning rate (and other training values) on validation into the "
+                            "preset's recipe file")
+    p.add_argument("--preset", default="quick", help="the preset whose recipe file is written (default: quick)")
+    p.add_argument("--mixers", default=None, help="comma-separated mixer names (default: the quickstart's)")
+    controls = p.add_mutually_exclusive_group()
+    controls.add_argument("--controls", default=None, metavar="NAMES",
+                          help="controls tuned beside the mixers (default: every registered control)")
+    controls.add_argument("--no-controls", action="store_true", help="tune no controls")
+    p.add_argument("--grid", nargs="*", default=[], metavar="FIELD=V1,V2,...",
+                   help="training values to try (default: lr=0.001,0.002,0.004,0.008); several fields make a grid")
+    p.add_argument("--seeds", type=_positive_int, default=3,
+                   help="seeds of each chosen recipe that measure the seed spread (default: 3; 1: none)")
+    p.add_argument("--extend", type=int, default=2,
+                   help="how many times a best value at a numeric grid's end is extended past it (default: 2)")
+    p.add_argument("--out", default="recipes",
+                   help="the recipe file, or a folder for <preset>.json (default: recipes/, which the presets read "
+                        "before the project's own harness/recipes/)")
+    p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="with one mixer: its config")
+    p.add_argument("--tokens", type=int, default=None, help="training token budget (default: the preset's)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--data", default=None, help="'embedded' (default), a local file/folder, or hub:NAME")
+    p.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default: the preset's)")
+    p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="backbone overrides, e.g. residual_gates=all (docs/protocol.md)")
+    p.add_argument("--match", default=None, choices=("params", "none"), help="as for run (default: the preset's)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--no-progress", action="store_true")
+    _gate_args(p)
+
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
     p.add_argument("--preset", default="quick")
+    p.add_argument("--seeds", default="0",
+                   help="comma-separated training seeds (default: 0; the reference board runs 0,1,2)")
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
     _gate_args(p)
@@ -429,7 +464,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     backbone = {"context": args.context} if args.context else {}
     spec = make_run_spec(
         args.mixer, args.preset, parse_assignments(args.mixer_config), backbone,
-        {**_train_overrides(args), "seed": args.seed}, _data_overrides(args),
+        {**_train_overrides(args), "seed": args.seed}, _data_overrides(args), match=args.match,
     )
     device = _device(args.device)
     from harness.model.memory import check_training
@@ -541,6 +576,7 @@ def _run_grid(
                            force=getattr(args, "force", False), progress=not args.no_progress,
                            skip_gate=getattr(args, "skip_gate", False)),
         controls=controls,
+        match=getattr(args, "match", None),
     )
     budget = req.train_overrides.get("token_budget") or get_preset(args.preset).train["token_budget"]
     reqs = [req, *(dataclasses.replace(req, suites=names,
@@ -652,12 +688,66 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     from harness.running.quickstart import quickstart_budgets, quickstart_mixers, quickstart_suites
 
     suites = quickstart_suites()
+    try:
+        seeds = [int(s) for s in _csv(args.seeds)]
+    except ValueError:
+        raise MixbenchError(f"--seeds takes comma-separated integers, got '{args.seeds}'.") from None
+    if not seeds:
+        raise MixbenchError("--seeds lists no seed; give e.g. --seeds 0 or --seeds 0,1,2.")
+    count = "one training seed" if len(seeds) == 1 else f"{len(seeds)} training seeds"
+    print(f"mixbench quickstart: {count} per model ({','.join(map(str, seeds))}); "
+          + ("a difference smaller than the seed spread is not claimed, and the reference board "
+             "(`make reference-board`) runs 3 seeds" if len(seeds) == 1 else "ties and vetoes count the spread between them"),
+          flush=True)
     # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1
-    code = _run_grid(args, quickstart_mixers(), list(suites), [0], suites, keep_going=True,
+    code = _run_grid(args, quickstart_mixers(), list(suites), seeds, suites, keep_going=True,
                      budget_suites=quickstart_budgets())
     print()
     print(leaderboard_text(args.results, "md"))
     return code
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from harness.model.specs import parse_assignments
+    from harness.registry import resolve_controls
+    from harness.running.quickstart import quickstart_mixers
+    from harness.running.tune import DEFAULT_GRID, TuneRequest, tune
+    from harness.store.results import ResultsStore
+    from harness.values import coerce_values
+
+    mixers = _csv(args.mixers) if args.mixers is not None else quickstart_mixers()
+    controls = [] if args.no_controls else resolve_controls(None if args.controls is None else _csv(args.controls))
+    mixers = [*mixers, *(c for c in controls if c not in mixers)]
+    if args.mixer_config and len(mixers) != 1:
+        raise MixbenchError("--mixer-config applies to one mixer; pass a single name with --mixers and --no-controls.")
+    grid = {}
+    for key, raw in parse_assignments(args.grid).items():
+        values = _csv(raw)
+        if not values:
+            raise MixbenchError(f"--grid {key}= lists no values; write e.g. {key}=0.001,0.002.")
+        from harness.config import TrainConfig
+
+        grid[key] = tuple(coerce_values(TrainConfig, {key: v}, "tune grid")[key] for v in values)
+    req = TuneRequest(
+        preset=args.preset, mixers=tuple(mixers), grid=grid or dict(DEFAULT_GRID), seeds=args.seeds,
+        extend=args.extend, out=Path(args.out),
+        mixer_configs={mixers[0]: parse_assignments(args.mixer_config)} if args.mixer_config else {},
+        backbone_overrides=parse_assignments(args.backbone),
+        train_overrides={k: v for k, v in {"token_budget": args.tokens, "batch_size": args.batch_size}.items()
+                         if v is not None},
+        data_overrides={k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size}.items()
+                        if v is not None},
+        match=args.match, device=_device(args.device), progress=not args.no_progress, skip_gate=args.skip_gate,
+    )
+    points = 1
+    for values in req.grid.values():
+        points *= len(values)
+    print(f"tuning {len(mixers)} model(s) at preset {args.preset} on validation: {points} grid point(s) each (more "
+          f"where a best value sits at the grid's end), then {args.seeds - 1} more seed(s) of each choice",
+          file=sys.stderr, flush=True)
+    report = tune(req, ResultsStore(args.results))
+    print(report.render())
+    return 0
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -713,6 +803,7 @@ COMMANDS = {
     "leaderboard": cmd_leaderboard,
     "publish": cmd_publish,
     "quickstart": cmd_quickstart,
+    "tune": cmd_tune,
     "nightly": cmd_nightly,
 }
 

@@ -33,7 +33,8 @@ def board_row_table(runs: list) -> list[str]:
     if not runs:
         return ["No results were attached to this export (pass `--results STORE` to `mixbench export` to carry the "
                 "model's board row)."]
-    lines = ["| suite | metric | value | interval | n | votes | gate | run |", "|---|---|---:|---|---:|---|---|---|"]
+    lines = ["| suite | metric | value | interval | n | votes | conformance check | run |",
+             "|---|---|---:|---|---:|---|---|---|"]
     for run in runs:
         m = run.manifest
         headline = set(m.headline)
@@ -45,6 +46,42 @@ def board_row_table(runs: list) -> list[str]:
             lines.append(f"| {m.suite} | {metric.name} | {_fmt(metric.value)} | {_interval(metric)} | "
                          f"{'' if metric.n is None else metric.n} | {votes} | {m.gate.status} (v{m.gate.version}) | "
                          f"`{run.run_id[:12]}` |")
+    return lines
+
+
+def protocol_lines(ckpt: Checkpoint, parameters: int) -> list[str]:
+    """What the board's first lines say of this model (docs/protocol.md): its backbone rule, its size against the
+    matched reference, its budget, and whether its training values are its preset's tuned recipe."""
+    from harness.model.recipes import recipe_status
+    from harness.model.specs import preset_defaults
+    from harness.config import PRESETS, to_dict
+
+    spec = ckpt.spec
+    backbone = spec.model.backbone
+    gates = {"none": "no residual gates", "mixer": f"a learnable gate on the mixer branch (starting at "
+             f"{backbone.residual_gate_init:g})", "all": f"learnable gates on the mixer and MLP branches (starting "
+             f"at {backbone.residual_gate_init:g})"}[backbone.residual_gates]
+    lines = [f"- backbone rule: {gates}; the mixer's output projection initialised by the backbone, "
+             f"N(0, {backbone.init_std:g}/sqrt(2 x {backbone.n_layers})), as every mixer's"]
+    matched = ""
+    if spec.preset in PRESETS:
+        try:
+            import dataclasses
+
+            want, _ = preset_defaults(spec.preset, spec.model.mixer, spec.model.mixer_config,
+                                      dataclasses.replace(backbone, ffn_hidden=0))
+            matched = (f"MLP width {backbone.ffn_dim}: matched to {PRESETS[spec.preset].match_reference}'s "
+                       "non-embedding parameters (within 5%)" if want.ffn_hidden == backbone.ffn_hidden
+                       else f"MLP width {backbone.ffn_dim}: not the matched width ({want.ffn_dim})")
+        except Exception:  # noqa: BLE001 - a mixer that cannot be matched at this backbone keeps its own width
+            matched = f"MLP width {backbone.ffn_dim}"
+        status = recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, to_dict(spec.train))
+    else:
+        status = "untuned"
+    lines.append(f"- size: {parameters:,} parameters" + (f"; {matched}" if matched else ""))
+    lines.append(f"- budget: {spec.train.token_budget:,} training tokens ({spec.train.token_budget / parameters:.2g} "
+                 f"per parameter), learning rate {spec.train.lr:g}: {status} (`tuned`: the value `mixbench tune` "
+                 "chose on validation for this mixer at its preset)")
     return lines
 
 
@@ -76,6 +113,10 @@ def model_card(ckpt: Checkpoint, config: dict[str, Any], parameters: int, runs: 
         "",
         "Intervals are those the board shows (their kind and level are named); a metric marked `no` in *votes* "
         "does not rank models (a baseline, a diagnostic, or a number its suite found to measure nothing).",
+        "",
+        "## Training protocol",
+        "",
+        *protocol_lines(ckpt, parameters),
         "",
         "## Identity and provenance",
         "",

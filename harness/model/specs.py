@@ -62,8 +62,16 @@ def make_run_spec(
     backbone_overrides: dict[str, Any] | None = None,
     train_overrides: dict[str, Any] | None = None,
     data_overrides: dict[str, Any] | None = None,
+    *,
+    match: str | None = None,
+    recipes: bool = True,
 ) -> RunSpec:
-    """A validated RunSpec whose vocab size is the requested one (set to the tokenizer's by ``bind_vocab``)."""
+    """A validated RunSpec whose vocab size is the requested one (set to the tokenizer's by ``bind_vocab``).
+
+    The preset is resolved for this mixer (:func:`preset_defaults`): with ``match`` ``params`` (the board presets'
+    default; None = the preset's) the MLP width matches the preset's reference mixer's parameters unless
+    ``ffn_hidden`` is given, and the mixer's recipe file (``recipes``) supplies its tuned training values; the
+    overrides go on top of both."""
     p = get_preset(preset)
     entry = MIXERS.get(mixer)
     # typed once here, so `n_prototypes=16` from the CLI and `n_prototypes: 16` from a plan are one model
@@ -73,15 +81,45 @@ def make_run_spec(
     data = DataConfig(**{"vocab_size": p.vocab_size, **data_values})
     check_data_source(data)
     backbone_values = coerce_values(BackboneConfig, backbone_overrides, "backbone")
-    backbone = BackboneConfig(**{**p.backbone, "vocab_size": data.vocab_size, **backbone_values})
-    train_values = {**p.train, **{k: v for k, v in (train_overrides or {}).items() if v is not None}}
-    unknown = set(train_values) - {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in (train_overrides or {}).items() if v is not None}
+    unknown = set(given) - {f.name for f in dataclasses.fields(TrainConfig)}
     if unknown:
         raise ConfigError(f"unknown training option(s): {', '.join(sorted(unknown))}.")
-    train = TrainConfig(**coerce_values(TrainConfig, train_values, "train"))
+    backbone = BackboneConfig(**{**p.backbone, "vocab_size": data.vocab_size, **backbone_values})
+    backbone, train_defaults = preset_defaults(preset, mixer, mixer_config, backbone, match=match, recipes=recipes,
+                                               fixed_ffn="ffn_hidden" in backbone_values)
+    train = TrainConfig(**coerce_values(TrainConfig, {**train_defaults, **given}, "train"))
     spec = RunSpec(ModelSpec(mixer, mixer_config, backbone), data, train, preset)
     validate_model(spec.model)
     return spec
+
+
+def preset_defaults(preset: str, mixer: str, mixer_config: dict[str, Any], backbone: BackboneConfig, *,
+                    match: str | None = None, recipes: bool = True,
+                    fixed_ffn: bool = False) -> tuple[BackboneConfig, dict[str, Any]]:
+    """What ``preset`` gives this mixer config at ``backbone`` before any training override: the backbone with the
+    matched MLP width (unless ``fixed_ffn`` or matching is off) and the training values with the recipe's. The
+    board's labels compare a model with this, so a matched width and a tuned learning rate are not "differences"
+    (docs/protocol.md)."""
+    from harness.model.matching import MATCH_MODES, match_backbone
+    from harness.model.recipes import find_recipe
+
+    p = get_preset(preset)
+    mode = p.match if match is None else match
+    if mode not in MATCH_MODES:
+        raise ConfigError(f"match must be one of {', '.join(MATCH_MODES)}, got {mode!r}.")
+    if mode == "params" and not fixed_ffn:
+        backbone = match_backbone(ModelSpec(mixer, mixer_config, backbone), p.match_reference)
+    train = dict(p.train)
+    if recipes:
+        entry, source = find_recipe(preset, mixer, mixer_config)
+        if entry is not None:
+            bad = set(entry.values) - {f.name for f in dataclasses.fields(TrainConfig)}
+            if bad:
+                raise ConfigError(f"{source}: the recipe of {mixer} sets unknown training option(s) "
+                                  f"{', '.join(sorted(bad))}; regenerate it with `mixbench tune`.")
+            train.update(entry.values)
+    return backbone, train
 
 
 def validate_model(model: ModelSpec) -> None:

@@ -381,6 +381,9 @@ def run_nightly(
 
     if publish_dir is not None:
         publish_site = _publisher()  # fail before the night's work, not after it
+    from harness.running.plan_commands import run_sweep
+
+    run_sweep(plan, store, device, progress, skip_gate)
     reqs = plan.requests(device, progress=progress, plugins=plugins, skip_gate=skip_gate)
     grid = run_requests(reqs, store, executor, keep_going=True)
     result = record_night(plan, store, grid, now)

@@ -12,6 +12,10 @@ A plan is YAML (or JSON, which YAML reads too)::
     train: {token_budget: 32768}    # TrainConfig overrides (seed comes from `seeds`)
     data: {max_train_docs: 40}      # DataConfig overrides
     backbone: {context: 128}        # BackboneConfig overrides
+    match: params                   # params | none: MLP widths matched to the reference's parameters (default:
+                                    # the preset's; docs/protocol.md)
+    sweep: {lr: [0.001, 0.002, 0.004]}   # tune these training values per mixer on validation first, into
+                                    # recipes/<preset>.json (as `mixbench tune` does), then train with them
     ladder:                         # optional: the grid once per rung, each rung's overrides on top of the above
       - {d_model: 64, n_layers: 2, tokens: 81920}     # shorthand for backbone d_model/n_layers, train token_budget
       - {backbone: {d_model: 128, n_layers: 4}, train: {token_budget: 327680, lr: 0.002}}
@@ -39,14 +43,14 @@ from typing import Any
 
 import yaml
 
-from harness.config import check_seed
+from harness.config import TrainConfig, check_seed
 from harness.errors import ConfigError, MixbenchError
 from harness.running.runner import GridRequest, JobOptions, Resources, check_grid_size
 from harness.values import build_config, coerce_values, option
 
 PLAN_KEYS = (
     "name", "preset", "presets", "mixers", "mixer_configs", "controls", "seeds", "suites", "train", "data",
-    "backbone", "device", "kernel", "resources", "nightly", "ladder",
+    "backbone", "device", "kernel", "resources", "nightly", "ladder", "match", "sweep",
 )
 #: the keys of one ladder rung: the shorthands, then the two override mappings they fill
 RUNG_KEYS = ("d_model", "n_layers", "tokens", "backbone", "train")
@@ -135,6 +139,8 @@ class Plan:
     source: str = ""  # the file it came from, for messages
     controls: tuple[str, ...] | None = None  # None: every registered control; (): none
     ladder: tuple[Rung, ...] = ()  # empty: one grid with the plan's own overrides
+    match: str | None = None  # params | none; None: the preset's
+    sweep: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # training values tuned first (mixbench tune)
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name.startswith("."):
@@ -172,6 +178,17 @@ class Plan:
             raise ConfigError(f"plan {self.name}: set seeds with 'seeds: [...]', not train.seed.")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"plan {self.name}: device must be auto, cpu or cuda, got {self.device!r}.")
+        if self.match not in (None, "params", "none"):
+            raise ConfigError(f"plan {self.name}: match must be params or none, got {self.match!r}.")
+        names = set(TrainConfig.__dataclass_fields__) - {"seed"}
+        for key, values in self.sweep.items():
+            if key not in names:
+                raise ConfigError(f"plan {self.name}: sweep names '{key}', not a training value "
+                                  f"({', '.join(sorted(names))}).")
+            if not values:
+                raise ConfigError(f"plan {self.name}: sweep.{key} lists no values.")
+            if key in self.train:
+                raise ConfigError(f"plan {self.name}: '{key}' is both swept and fixed in train; give it in one place.")
         extra = sorted(set(self.nightly.suites) - set(self.suites))
         if extra:
             raise ConfigError(
@@ -217,7 +234,8 @@ class Plan:
                 for mixer in self.all_mixers:
                     at = f"preset {preset}, mixer {mixer}" + (f", rung {rung.label}" if self.ladder else "")
                     with _located(where, at):
-                        make_run_spec(mixer, preset, self.mixer_configs.get(mixer), backbone, train, self.data)
+                        make_run_spec(mixer, preset, self.mixer_configs.get(mixer), backbone, train, self.data,
+                                      match=self.match)
 
     def requests(
         self, device: str, force: bool = False, progress: bool = True, plugins: tuple[str, ...] = (),
@@ -238,6 +256,7 @@ class Plan:
                 options=JobOptions(device=device, kernel=self.kernel, force=force, progress=progress,
                                    resources=self.resources, plugins=tuple(plugins), skip_gate=skip_gate),
                 controls=None if self.controls is None else list(self.controls),
+                match=self.match,
             )
             for preset in self.presets
             for rung in self.rungs
@@ -368,7 +387,15 @@ def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Pl
         source=source,
         controls=None if controls is None else tuple(controls),
         ladder=_ladder(raw.get("ladder"), where),
+        match=raw.get("match"),
+        sweep=_sweep(raw.get("sweep"), where),
     )
+
+
+def _sweep(value: Any, where: str) -> dict[str, tuple[Any, ...]]:
+    """``sweep:`` as field -> values (a single value is a one-point grid)."""
+    raw = _mapping(value, "sweep", where)
+    return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in raw.items()}
 
 
 def _ladder(value: Any, where: str) -> tuple[Rung, ...]:

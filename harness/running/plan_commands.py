@@ -89,12 +89,34 @@ def cmd_run_plan(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     store = ResultsStore(args.results)
     device = plan_device(plan, args.device, args.executor)
+    run_sweep(plan, store, device, not args.no_progress, args.skip_gate)
     reqs = plan.requests(device, force=args.force, progress=not args.no_progress, plugins=tuple(args.plugin),
                          skip_gate=args.skip_gate)
     with executor_from_args(args) as executor:
         report = run_requests(reqs, store, executor, keep_going=args.keep_going)
     print(report.render())
     return 1 if report.failures else 0
+
+
+def run_sweep(plan, store, device: str, progress: bool, skip_gate: bool = False) -> None:
+    """A plan's ``sweep:``: tune its mixers (controls included) at each preset on validation, with the plan's own
+    overrides, into recipes/<preset>.json, which the grid then trains with (docs/protocol.md)."""
+    if not plan.sweep:
+        return
+    from harness.running.tune import TuneRequest, tune
+
+    if plan.ladder:
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"plan {plan.name}: sweep and ladder together would tune one rung for all; tune each rung's "
+                          "setting with `mixbench tune` instead.")
+    for preset in plan.presets:
+        req = TuneRequest(preset, tuple(plan.all_mixers), dict(plan.sweep), seeds=1,
+                          mixer_configs={m: dict(c) for m, c in plan.mixer_configs.items()},
+                          backbone_overrides=dict(plan.backbone), train_overrides=dict(plan.train),
+                          data_overrides=dict(plan.data), match=plan.match, device=device, progress=progress,
+                          skip_gate=skip_gate)
+        print(tune(req, store).render())
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:

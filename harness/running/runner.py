@@ -111,6 +111,9 @@ class GridRequest:
     #: controls trained and scored beside the mixers, once per seed (docs/controls.md): None = every registered
     #: control, [] = none. They take the grid's backbone, training and data overrides, and their default config.
     controls: list[str] | None = None
+    #: ``params`` / ``none``: whether each model's MLP width matches the reference's parameters (None: the
+    #: preset's; docs/protocol.md, "Matched sizes")
+    match: str | None = None
 
     def planned_runs(self) -> tuple[PlannedRun, ...]:
         """Each suite's run as this request declares it (validated; bound to a subject per job)."""
@@ -268,6 +271,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                     backbone_overrides=req.backbone_overrides,
                     train_overrides={**req.train_overrides, "seed": seed},
                     data_overrides=req.data_overrides,
+                    match=req.match,
                 )
                 check_training(spec.model.backbone, spec.train.batch_size, req.options.device,
                                f"training {mixer} at preset {req.preset}")

@@ -75,6 +75,7 @@ class Subject:
     checkpoint_step: int | None = None
     weights_sha256: str | None = None
     parameters: int | None = None
+    non_embedding_parameters: int | None = None  # what matched sizes compare (docs/protocol.md)
     state_floats: int | None = None
     train_flops: float | None = None
     train_tokens_per_s: float | None = None
@@ -87,6 +88,12 @@ class Subject:
     learning_curve: list[dict[str, Any]] = field(default_factory=list)
     control: bool = False  # the mixer is a control (docs/controls.md): a row below the ranked ones, never ranked
     context_free: bool = False  # ... whose outputs depend on one position each (the board's reference control)
+    #: whether its training values are its preset's recipe (docs/protocol.md): tuned, overridden (a recipe exists,
+    #: a value differs) or untuned (no recipe for this mixer config); "" for subjects that were not trained here
+    recipe: str = ""
+    #: who initialised the mixer's output projection: ``backbone`` (the one rule) or ``mixer`` (a plugin that
+    #: declares none keeps its own); "" where it does not apply
+    output_init: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in SUBJECT_KINDS:
