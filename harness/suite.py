@@ -50,6 +50,9 @@ class ItemValues:
     ids: tuple[str, ...]
     values: tuple[float, ...]
     weights: tuple[float, ...] | None = None
+    #: the items' scale (``nats/token`` for per-document NLL): a seed spread measured on that scale (a preset's
+    #: recipe file, docs/protocol.md "Seeds") applies to every metric whose items share it
+    unit: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ids", tuple(str(i) for i in self.ids))
@@ -69,12 +72,14 @@ class ItemValues:
             "ids": list(self.ids),
             "values": [v if math.isfinite(v) else None for v in self.values],
             "weights": None if self.weights is None else list(self.weights),
+            "unit": self.unit,
         }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "ItemValues":
         values = [math.nan if v is None else v for v in d["values"]]
-        return ItemValues(tuple(d["ids"]), tuple(values), None if d.get("weights") is None else tuple(d["weights"]))
+        return ItemValues(tuple(d["ids"]), tuple(values), None if d.get("weights") is None else tuple(d["weights"]),
+                          str(d.get("unit") or ""))
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,12 @@ class Metric:
     a pairwise agreement) and ``perfect`` the best attainable value; with both, the board can rescale the
     metric to 0-100 above chance and tell when every mixer's interval includes chance (a column that measures
     nothing).
+
+    ``null`` names the metric of the same run that holds this quantity for the row's null model (interpretability's
+    untrained model of the same architecture): what a column compares with where controls have no value
+    (docs/protocol.md, "What votes"). ``units``: the number of units a statistic that grows with them (a maximum
+    over units) was computed over; the board compares such a column only at equal numbers. ``positions``: the
+    target positions ``[low, high)`` within a window that the metric scores (the board's context-use lines).
     """
 
     name: str
@@ -103,6 +114,9 @@ class Metric:
     unreliable: str | None = None
     chance: float | None = None
     perfect: float | None = None
+    null: str = ""
+    units: int | None = None
+    positions: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -129,6 +143,17 @@ class Metric:
                 object.__setattr__(self, bound, float(value))
         if self.chance is not None and self.perfect is not None and self.chance == self.perfect:
             raise ValueError(f"metric {self.name}: chance and perfect are both {self.chance}")
+        if not isinstance(self.null, str) or self.null == self.name:
+            raise ValueError(f"metric {self.name}: null must name another metric of the run, got {self.null!r}")
+        if self.units is not None and (isinstance(self.units, bool) or not isinstance(self.units, int)
+                                       or self.units < 1):
+            raise ValueError(f"metric {self.name}: units must be a positive integer or None, got {self.units!r}")
+        if self.positions is not None:
+            lo, hi = self.positions
+            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi):
+                raise ValueError(f"metric {self.name}: positions must be [low, high) with 0 <= low < high, "
+                                 f"got {self.positions!r}")
+            object.__setattr__(self, "positions", (lo, hi))
 
     @property
     def ci_low(self) -> float | None:
@@ -156,12 +181,15 @@ class Metric:
             "unreliable": self.unreliable,
             "chance": self.chance,
             "perfect": self.perfect,
+            "null": self.null,
+            "units": self.units,
+            "positions": None if self.positions is None else list(self.positions),
         }
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Metric":
         fields = {"name", "value", "higher_is_better", "role", "interval", "n", "unit", "items", "unreliable",
-                  "chance", "perfect"}
+                  "chance", "perfect", "null", "units", "positions"}
         unknown = sorted(set(d) - fields)
         if unknown:
             raise ValueError(f"metric record has unknown field(s) {', '.join(unknown)}")
@@ -177,6 +205,9 @@ class Metric:
             unreliable=d.get("unreliable"),
             chance=d.get("chance"),
             perfect=d.get("perfect"),
+            null=d.get("null") or "",
+            units=d.get("units"),
+            positions=None if d.get("positions") is None else tuple(d["positions"]),
         )
 
 

@@ -20,6 +20,10 @@ context available inside its window). Reported per split:
   does not beat it has learned nothing from context. A property of the data (role ``baseline``): it never votes.
 * ``ppl_pos_A-B`` - token-weighted perplexity of targets at window positions A..B (log2 buckets): how well a
   mixer uses longer context, and at contexts past training, how it extrapolates.
+* ``nll_ctx_A-B`` - mean NLL per token of targets at positions A..B of :func:`context_buckets`: 0-3 (every token
+  of the context within a 4-tap short convolution's reach), 4-63, and 64 on. Items per document, so the board
+  pairs each mixer with the controls bucket by bucket and says whether any mixer gains more over the context-free
+  control far back than near (docs/protocol.md, "Mixing beyond n-grams").
 
 Split names map to metric prefixes: test -> "", test_ood -> "ood_", validation -> "val_",
 validation_ood -> "val_ood_".
@@ -74,7 +78,20 @@ class DocTotals:
     bytes: np.ndarray
     bucket_nll: np.ndarray  # [docs, buckets]
     bucket_tokens: np.ndarray
+    context_nll: np.ndarray  # [docs, context buckets]
+    context_tokens: np.ndarray
     batch_means: list[float] = field(default_factory=list)
+
+
+#: the context-use buckets' edges: a short convolution of 4 taps sees the whole context of targets 0-3, and what
+#: lies 64 or more tokens back is beyond any n-gram's reach
+CONTEXT_EDGES = (0, 4, 64)
+
+
+def context_buckets(context: int) -> list[tuple[int, int]]:
+    """[0, 4), [4, 64), [64, context): the positions the context-use comparison reads (fewer at short contexts)."""
+    edges = [e for e in CONTEXT_EDGES if e < context] + [context]
+    return list(zip(edges, edges[1:]))
 
 
 def position_buckets(context: int) -> list[tuple[int, int]]:
@@ -93,7 +110,7 @@ class Perplexity(Suite):
     #: 256 evenly spaced windows per split (of ~400 test and ~800 OOD at the quick context): every window took
     #: 17 s per quick-preset model, a tenth of the quickstart's per-model budget
     quickstart: ClassVar[dict[str, Any] | None] = {"max_windows": 256}
-    headline: ClassVar[tuple[str, ...]] = ("ppl", "bpb", "ppl_batch_mean", "ood_ppl", "unigram_ppl")
+    headline: ClassVar[tuple[str, ...]] = ("ppl", "bpb", "ppl_batch_mean", "ood_ppl", "unigram_ppl", "nll_ctx_*")
 
     def validate(self, model) -> None:
         context = self.cfg.context or model.config.context
@@ -107,6 +124,7 @@ class Perplexity(Suite):
         self.validate(model)
         context = self.cfg.context or model.config.context
         buckets = position_buckets(context)
+        near_far = context_buckets(context)
         unigram = torch.as_tensor(ctx.corpus.unigram_logprobs(), dtype=torch.float64)
         byte_lengths = torch.as_tensor(ctx.corpus.tokenizer.token_byte_lengths(), dtype=torch.float64)
         metrics: list[Metric] = []
@@ -116,10 +134,10 @@ class Perplexity(Suite):
             if not windows:
                 continue
             docs = ctx.corpus.encode_split(split)
-            totals = self._score(model, windows, len(docs), buckets, unigram, byte_lengths, ctx, split)
+            totals = self._score(model, windows, len(docs), buckets, near_far, unigram, byte_lengths, ctx, split)
             whole = totals.tokens == np.array([len(d.ids) - 1 for d in docs])  # every target of the document scored
             totals.bytes[whole] = np.array([d.n_bytes for d in docs], dtype=np.float64)[whole]
-            metrics += self._metrics(SPLIT_PREFIX[split], totals, [d.doc_id for d in docs], buckets,
+            metrics += self._metrics(SPLIT_PREFIX[split], totals, [d.doc_id for d in docs], buckets, near_far,
                                      getattr(model, "external", False))
             info["splits"][split] = {"windows": len(windows), "documents": int((totals.tokens > 0).sum())}
         if not metrics:
@@ -127,15 +145,18 @@ class Perplexity(Suite):
         return SuiteResult(metrics=metrics, info=info)
 
     @torch.no_grad()
-    def _score(self, model, windows, n_docs, buckets, unigram, byte_lengths, ctx, split) -> DocTotals:
-        nb = len(buckets)
+    def _score(self, model, windows, n_docs, buckets, near_far, unigram, byte_lengths, ctx, split) -> DocTotals:
+        nb, nc = len(buckets), len(near_far)
         totals = DocTotals(
             np.zeros(n_docs), np.zeros(n_docs), np.zeros(n_docs), np.zeros(n_docs),
-            np.zeros((n_docs, nb)), np.zeros((n_docs, nb)),
+            np.zeros((n_docs, nb)), np.zeros((n_docs, nb)), np.zeros((n_docs, nc)), np.zeros((n_docs, nc)),
         )
         bucket_of = torch.zeros(max(b for _, b in buckets), dtype=torch.long)
         for i, (a, b) in enumerate(buckets):
             bucket_of[a:b] = i
+        context_of = torch.zeros(max(b for _, b in near_far), dtype=torch.long)
+        for i, (a, b) in enumerate(near_far):
+            context_of[a:b] = i
         pad_id = ctx.corpus.tokenizer.pad_id
         for chunk, nll, targets in window_nll(model, windows, self.cfg.batch_size, pad_id, f"perplexity {split}",
                                               ctx.progress):
@@ -145,6 +166,7 @@ class Perplexity(Suite):
             uni = -unigram[safe_targets] * valid
             nbytes = byte_lengths[safe_targets] * valid
             positions = bucket_of[: targets.shape[1]].expand_as(targets)
+            reach = context_of[: targets.shape[1]].expand_as(targets)
             for row, w in enumerate(chunk):
                 d = w.doc_index
                 keep = valid[row]
@@ -154,9 +176,12 @@ class Perplexity(Suite):
                 totals.bytes[d] += float(nbytes[row].sum())
                 np.add.at(totals.bucket_nll[d], positions[row][keep].numpy(), nll[row][keep].numpy())
                 np.add.at(totals.bucket_tokens[d], positions[row][keep].numpy(), 1)
+                np.add.at(totals.context_nll[d], reach[row][keep].numpy(), nll[row][keep].numpy())
+                np.add.at(totals.context_tokens[d], reach[row][keep].numpy(), 1)
         return totals
 
-    def _metrics(self, prefix: str, t: DocTotals, doc_ids: list[str], buckets, external: bool) -> list[Metric]:
+    def _metrics(self, prefix: str, t: DocTotals, doc_ids: list[str], buckets, near_far,
+                 external: bool) -> list[Metric]:
         docs = np.flatnonzero(t.tokens > 0)
         n_tokens = int(t.tokens.sum())
         cfg = self.cfg
@@ -165,23 +190,27 @@ class Perplexity(Suite):
                      "per-token perplexity of an external model's own tokenizer: compare it with other models on bpb")
 
         def ratio_metric(name: str, num: np.ndarray, den: np.ndarray, transform, unit: str, role: str,
-                         n: int = n_tokens, items: bool = False, unreliable: str | None = per_token) -> Metric:
+                         n: int = n_tokens, items: str = "", unreliable: str | None = per_token,
+                         positions: tuple[int, int] | None = None) -> Metric:
+            """``items``: the per-document values' scale, "" for none."""
             def statistic(num_s, den_s, axis=-1):
                 return transform(np.sum(num_s, axis=axis) / np.maximum(np.sum(den_s, axis=axis), 1e-12))
 
-            res = stats.bootstrap((num[docs], den[docs]), statistic, n_resamples=cfg.bootstrap,
+            use = docs[den[docs] > 0]
+            res = stats.bootstrap((num[use], den[use]), statistic, n_resamples=cfg.bootstrap,
                                   level=cfg.confidence, seed=cfg.seed)
             per_doc = None
             if items:  # the per-document ratio weighted by its denominator: the metric is a monotone function of
                 # their weighted mean (exp for ppl: mean NLL per token; / ln 2 for bpb: NLL per byte)
-                per_doc = ItemValues(tuple(doc_ids[d] for d in docs), tuple(num[docs] / den[docs]), tuple(den[docs]))
+                per_doc = ItemValues(tuple(doc_ids[d] for d in use), tuple(num[use] / den[use]), tuple(den[use]),
+                                     unit=items)
             return Metric(prefix + name, res.point, False, role=role, interval=res.interval,
-                          n=n, unit=unit, items=per_doc, unreliable=unreliable)
+                          n=n, unit=unit, items=per_doc, unreliable=unreliable, positions=positions)
 
         out = [
-            ratio_metric("ppl", t.nll, t.tokens, np.exp, "perplexity", "score", items=True),
+            ratio_metric("ppl", t.nll, t.tokens, np.exp, "perplexity", "score", items="nats/token"),
             ratio_metric("bpb", t.nll, t.bytes, lambda x: x / math.log(2), "bits/byte", "diagnostic",
-                         n=int(t.bytes[docs].sum()), items=True, unreliable=None),
+                         n=int(t.bytes[docs].sum()), items="bits/byte", unreliable=None),
             Metric(prefix + "ppl_batch_mean", float(np.exp(np.mean(t.batch_means))), False, n=n_tokens,
                    unit="perplexity", unreliable=per_token),
             ratio_metric("unigram_ppl", t.unigram_nll, t.tokens, np.exp, "perplexity", "baseline"),
@@ -190,4 +219,9 @@ class Perplexity(Suite):
             if t.bucket_tokens[docs, i].sum() > 0:
                 out.append(ratio_metric(f"ppl_pos_{a}-{b - 1}", t.bucket_nll[:, i], t.bucket_tokens[:, i], np.exp,
                                         "perplexity", "diagnostic", n=int(t.bucket_tokens[:, i].sum())))
+        for i, (a, b) in enumerate(near_far):
+            if t.context_tokens[docs, i].sum() > 0:
+                out.append(ratio_metric(f"nll_ctx_{a}-{b - 1}", t.context_nll[:, i], t.context_tokens[:, i],
+                                        lambda x: x, "nats/token", "diagnostic", n=int(t.context_tokens[:, i].sum()),
+                                        items="nats/token", positions=(a, b)))
         return out

@@ -23,6 +23,20 @@ A comparison board is only worth its weakest number, so:
   and with what numbers. Every mixer cell of a score column is compared with every control of its preset (paired
   difference with its interval, :class:`ControlComparison`); a cell not better than the reference control (the
   context-free ones, else every control; Holm over the column's mixers) is marked.
+* **Seeds** (docs/protocol.md, "Seeds"). Two trainings of one architecture differ by more than their items'
+  noise, so every comparison adds the training-seed variance of the column (:class:`SeedNoise`): pooled from the
+  rows of the preset with two or more seeds, else the preset's measured seed spread (its recipe file, for columns
+  on that scale), each at its one-sided 95% upper confidence bound. A single seed cannot beat another by less than
+  that spread. A column with neither says so, and its comparisons count item noise only.
+* **Nulls** (docs/protocol.md, "What votes"). A column votes only if a null can veto it: a control with a value
+  there, or, for a column controls cannot score, each row's own null model (``Column.null_metric``: the same
+  architecture untrained). Cells not better than their null are marked and take no Borda points; a column whose
+  best mixer does not beat its null does not vote. A statistic computed over units (a maximum over units grows
+  with their number) votes only when every row used the same number. Runs under an ad-hoc config (an override:
+  ``--suite-config``, ``--limit``) make diagnostic columns: they never vote and never unrank a row.
+* **Borda on tie groups.** A column gives each row a point per row in a lower tie group and half a point per
+  other row of its own; rows not better than the null share the lowest group; a column whose rows all share one
+  group gives no points.
 * **Rank stability** (docs/rank_stability.md). Where a setting was trained at several token budgets, each score
   column says whether its ordering at the largest budget already held at half of it
   (:mod:`harness.reporting.rank_stability`, ``Board.stability``).
@@ -82,6 +96,22 @@ class ColumnVerdict:
 
 
 @dataclass(frozen=True)
+class SeedNoise:
+    """The training-seed standard deviation of one column at one preset, on ``scale`` (``items``: the items' scale,
+    NLL per token for perplexity; ``values``: the metric's own), at its one-sided 95% upper confidence bound
+    (``sd``; ``estimate`` the point estimate, ``df`` its degrees of freedom) and where it comes from."""
+
+    sd: float
+    estimate: float
+    df: int
+    scale: str
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sd": self.sd, "estimate": self.estimate, "df": self.df, "scale": self.scale, "source": self.source}
+
+
+@dataclass(frozen=True)
 class CellDifference:
     """``a - b`` in one column: on the items both cells share (``scale`` "items": the items' own scale, e.g. NLL
     per token for perplexity), else on the two values with a normal interval from their intervals ("values")."""
@@ -129,6 +159,19 @@ class Board:
     reference_controls: list[str] = field(default_factory=list)
     #: per budget series with several budgets and score column: whether its ordering held (docs/rank_stability.md)
     stability: list[ColumnStability] = field(default_factory=list)
+    #: (preset, column name) -> the seed noise its comparisons count (None: unknown, item noise only)
+    seed_noise: dict[tuple[str, str], SeedNoise | None] = field(default_factory=dict)
+    #: (mixer row key, column name) of cells not better than their own null model (a column controls cannot score)
+    not_above_null: set[tuple[str, str]] = field(default_factory=set)
+    #: (mixer row key, column name) -> its comparison with its null model
+    vs_null: dict[tuple[str, str], CellDifference] = field(default_factory=dict)
+    #: each mixer row's context use by target position (harness/reporting/context_use.py)
+    context: list[Any] = field(default_factory=list)
+
+    def not_above(self, row: Row, column: Column) -> bool:
+        """Whether the cell is not better than its null: the reference control, or its own null model."""
+        key = (row.key, column.name)
+        return key in self.not_above_control or key in self.not_above_null
 
     @property
     def unsettled(self) -> set[str]:
@@ -173,29 +216,43 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
     unranked: dict[str, str] = {}
     vs_controls: dict[tuple[str, str], list[ControlComparison]] = {}
     not_above: set[tuple[str, str]] = set()
+    below_null: set[tuple[str, str]] = set()
+    vs_null: dict[tuple[str, str], CellDifference] = {}
     references: list[str] = []
+    noise: dict[tuple[str, str], SeedNoise | None] = {}
     for preset, all_rows in _by_preset(table).items():
         rows = [r for r in all_rows if not r.control and not r.external]  # external rows: shown, never ranked
         controls = [r for r in all_rows if r.control]
-        preset_verdicts = _column_verdicts(table, rows)
+        for column in table.columns:
+            noise[(preset, column.name)] = column_seed_noise(table, [*rows, *controls], column, preset)
+        preset_noise = {c.name: noise[(preset, c.name)] for c in table.columns}
+        preset_verdicts = _column_verdicts(table, rows, controls)
         if controls:
-            comparisons, marks, reference = _against_controls(table, rows, controls, config)
+            comparisons, marks, reference = _against_controls(table, rows, controls, config, preset_noise)
             vs_controls.update(comparisons)
             not_above |= marks
             references += [r.label for r in reference if r.label not in references]
             for verdict in preset_verdicts.values():
                 if verdict.votes:
                     _control_veto(table, rows, controls, verdict, comparisons, config)
-            _reweigh(preset_verdicts)
+        diffs, marks = _against_nulls(table, rows, config, preset_noise)
+        vs_null.update(diffs)
+        below_null |= marks
+        for verdict in preset_verdicts.values():
+            if verdict.votes and verdict.column.null_metric:
+                _null_veto(table, rows, verdict, diffs, config)
+        _reweigh(preset_verdicts)
+        bottom = not_above | below_null
         for name, verdict in preset_verdicts.items():  # a column votes on the board if it votes in any preset
             merged = verdicts.setdefault(name, ColumnVerdict(verdict.column, False, verdict.reason))
             if verdict.votes:
                 merged.votes, merged.reason, merged.weight = True, "", verdict.weight
-            merged.groups.update(_tie_groups(table, rows, verdict.column, config))
+            verdict.groups = _tie_groups(table, rows, verdict.column, config, preset_noise[name])
+            merged.groups.update(verdict.groups)
         voting = [v for v in preset_verdicts.values() if v.votes]
         ranked, lacking = _rankable(table, rows, voting)
         unranked.update(lacking)
-        p, r, iv = _rank(table, ranked, voting, config)
+        p, r, iv = _rank(table, ranked, voting, config, bottom, preset_noise)
         points.update(p)
         rank.update(r)
         interval.update(iv)
@@ -203,8 +260,12 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
     speed_name, quality_name, pareto = _pareto(table, points, config)
     from harness.reporting.rank_stability import board_stability  # it reads the tie groups of this module
 
-    return Board(table, config, verdicts, points, rank, interval, unranked, tied, pareto, speed_name, quality_name,
-                 vs_controls, not_above, references, board_stability(table, config))
+    from harness.reporting.context_use import context_use
+
+    board = Board(table, config, verdicts, points, rank, interval, unranked, tied, pareto, speed_name, quality_name,
+                  vs_controls, not_above, references, board_stability(table, config), noise, below_null, vs_null)
+    board.context = context_use(board)
+    return board
 
 
 def _by_preset(table: Table) -> dict[str, list[Row]]:
@@ -217,21 +278,55 @@ def _by_preset(table: Table) -> dict[str, list[Row]]:
 # ---------------------------------------------------------------------------------------------- voting
 
 
-def _column_verdicts(table: Table, rows: list[Row]) -> dict[str, ColumnVerdict]:
+def _column_verdicts(table: Table, rows: list[Row], controls: list[Row]) -> dict[str, ColumnVerdict]:
     ran = {(r.manifest.suite, row.key) for row in rows for r in row.runs}
     suites_ran = defaultdict(set)
     for suite, key in ran:
         suites_ran[suite].add(key)
     out: dict[str, ColumnVerdict] = {}
     shown_config = table.shown_configs()
+    ad_hoc = table.ad_hoc_configs()
     for column in table.columns:
         cells = {row.key: table.cell(row, column) for row in rows}
         present = {k: c for k, c in cells.items() if c is not None and math.isfinite(c.value)}
         reason = _why_not(column, present, suites_ran[column.suite], len(rows),
                           column.config == shown_config[column.suite])
+        if not reason and column.suite in ad_hoc and column.config == shown_config[column.suite]:
+            reason = ("its runs use an ad-hoc config (an override such as --suite-config or --limit): a diagnostic "
+                      "column, which never votes or unranks a row (a plan's or the grid's config makes it canonical)")
+        if not reason:
+            reason = _why_no_null(table, column, present, controls) or _unequal_units(table, column, present)
         out[column.name] = ColumnVerdict(column, reason == "", reason)
     _reweigh(out)
     return out
+
+
+def _why_no_null(table: Table, column: Column, present: dict[str, Cell], controls: list[Row]) -> str:
+    """Why no null can veto the column: no control has a value in it and its rows have no null model."""
+    if any((c := table.cell(r, column)) is not None and math.isfinite(c.value) for r in controls):
+        return ""
+    if column.null_metric:
+        missing = [k for k in present if (n := table.null_cell(k, column)) is None or not math.isfinite(n.value)]
+        if not missing:
+            return ""
+        return (f"its null model ({column.null_metric}) is missing for {len(missing)} row(s): nothing could show "
+                "that it measures what the mixers learned")
+    if not controls:
+        return ("no null can veto it: no control rows on the board (grids train them unless told not to), so "
+                "nothing could show that it measures mixing")
+    return ("no null can veto it: no control has a value in it and the suite declares no null model, so nothing "
+            "could show that it measures mixing")
+
+
+def _unequal_units(table: Table, column: Column, present: dict[str, Cell]) -> str:
+    """A statistic over units (a maximum grows with their number) compared at different numbers of units."""
+    counts = {c.units for c in present.values()} | {n.units for k in present
+                                                    if (n := table.null_cell(k, column)) is not None}
+    if len(counts) > 1 or (None in counts and any(c is not None for c in counts)):
+        shown = ", ".join(sorted(str(c) for c in counts))
+        return (f"computed over unequal numbers of units ({shown}): a statistic over units grows with their number, "
+                "so it is compared only at equal numbers (docs/protocol.md)")
+    return ""
 
 
 def _reweigh(verdicts: dict[str, ColumnVerdict]) -> None:
@@ -325,7 +420,8 @@ def _control_veto(table: Table, rows: list[Row], controls: list[Row], verdict: C
     )
 
 
-def _against_controls(table: Table, rows: list[Row], controls: list[Row], config: BoardConfig):
+def _against_controls(table: Table, rows: list[Row], controls: list[Row], config: BoardConfig,
+                      noise: dict[str, SeedNoise | None] | None = None):
     """Every mixer cell of every score column against every control of the preset; the cells not better than a
     reference control (Holm over the column's mixers) are marked."""
     reference = [r for r in controls if r.context_free] or controls
@@ -346,7 +442,7 @@ def _against_controls(table: Table, rows: list[Row], controls: list[Row], config
                         ControlComparison(control.key, control.label, CellDifference(math.nan, None, 1.0, "values"),
                                           True))
                 continue
-            diffs = [cell_difference(mixers[k], cell, config) for k in keys]
+            diffs = [cell_difference(mixers[k], cell, config, (noise or {}).get(column.name)) for k in keys]
             reject, _ = stats.holm([d.p_value for d in diffs], config.alpha)
             for k, d, r in zip(keys, diffs, reject):
                 better = bool(r) and _better(d, column.higher_is_better)
@@ -354,6 +450,48 @@ def _against_controls(table: Table, rows: list[Row], controls: list[Row], config
                 if control in reference and not better:
                     marks.add((k, column.name))
     return dict(comparisons), marks, reference
+
+
+def _against_nulls(table: Table, rows: list[Row], config: BoardConfig, noise: dict[str, SeedNoise | None]):
+    """Every mixer cell of a score column that declares a null model against its own null cell (the same run's
+    null metric); the cells not better than it (Holm over the column's mixers) are marked."""
+    diffs: dict[tuple[str, str], CellDifference] = {}
+    marks: set[tuple[str, str]] = set()
+    for column in table.columns:
+        if column.role != "score" or not column.null_metric:
+            continue
+        pairs = {r.key: (c, n) for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)
+                 and (n := table.null_cell(r, column)) is not None and math.isfinite(n.value)}
+        keys = sorted(pairs)
+        found = [cell_difference(pairs[k][0], pairs[k][1], config, noise.get(column.name)) for k in keys]
+        reject, _ = stats.holm([d.p_value for d in found], config.alpha)
+        for k, d, r in zip(keys, found, reject):
+            diffs[(k, column.name)] = d
+            if not (r and _better(d, column.higher_is_better)):
+                marks.add((k, column.name))
+    return diffs, marks
+
+
+def _null_veto(table: Table, rows: list[Row], verdict: ColumnVerdict, diffs: dict[tuple[str, str], CellDifference],
+               config: BoardConfig) -> None:
+    """Stop a column from voting when its best mixer is not better than its own null model."""
+    column = verdict.column
+    mixers = _finite_cells(table, rows, column)
+    if not mixers:
+        return
+    best = _better_first(mixers, column.higher_is_better)[0]
+    d = diffs.get((best, column.name))
+    if d is not None and d.p_value < config.alpha and _better(d, column.higher_is_better):
+        return
+    label = next(r.label for r in rows if r.key == best)
+    null = table.null_cell(best, column)
+    iv = "" if d is None or d.interval is None else f" [{_num(d.interval.low)}, {_num(d.interval.high)}]"
+    verdict.votes = False
+    verdict.reason = (
+        f"no mixer beats its own null model ({column.null_metric}, the same architecture untrained): the best, "
+        f"{label}, {_cell_text(mixers[best])} against {_cell_text(null) if null else 'none'}"
+        + ("" if d is None else f" (difference {_num(d.difference)}{iv}, not significant at alpha {config.alpha:g})")
+    )
 
 
 def _num(x: float) -> str:
@@ -368,9 +506,14 @@ def _cell_text(cell: Cell) -> str:
 # ---------------------------------------------------------------------------------------------- ties
 
 
-def cell_difference(a: Cell, b: Cell, config: BoardConfig) -> CellDifference:
+def cell_difference(a: Cell, b: Cell, config: BoardConfig, noise: SeedNoise | None = None) -> CellDifference:
     """``a - b`` with its interval and a two-sided p-value: a paired bootstrap on the items both share (at least
-    two), else a z-test on the two intervals' standard errors; without intervals, no claim (p = 1)."""
+    two), else a z-test on the two intervals' standard errors; without intervals, no claim (p = 1).
+
+    With ``noise`` (the column's seed spread, :func:`column_seed_noise`) the training-seed variance is added: on
+    the items' scale ``sd^2 (1/n_a + 1/n_b)`` for ``n`` seeds per cell, on the values' scale ``sd^2`` for each
+    one-seed cell (a mean over seeds carries its seed variance in its Student-t interval already); the interval
+    and p-value are then normal."""
     if a.items and b.items:
         shared = sorted(set(a.items) & set(b.items))
         if len(shared) >= 2:
@@ -379,25 +522,65 @@ def cell_difference(a: Cell, b: Cell, config: BoardConfig) -> CellDifference:
             vb = np.array([b.items[i][0] for i in shared])
             wb = np.array([b.items[i][1] for i in shared])
             r = stats.paired_difference(va, vb, wa, wb, n_resamples=config.bootstrap or 200, seed=config.seed)
-            return CellDifference(r.difference, r.interval, r.p_value, "items")
+            if noise is None or noise.scale != "items":
+                return CellDifference(r.difference, r.interval, r.p_value, "items")
+            item_se = r.interval.normal_stderr() if r.interval is not None else 0.0
+            seed_var = noise.sd**2 * (1 / max(a.n_seeds, 1) + 1 / max(b.n_seeds, 1))
+            return _normal_difference(r.difference, math.sqrt((item_se or 0.0) ** 2 + seed_var), "items")
     diff = a.value - b.value
     se_a = a.interval.normal_stderr() if a.interval is not None else None
     se_b = b.interval.normal_stderr() if b.interval is not None else None
     if se_a is None or se_b is None:
         return CellDifference(diff, None, 1.0, "values")  # no uncertainty known: no claim that they differ
-    se = math.hypot(se_a, se_b)
+    if noise is not None and noise.scale == "values":
+        se_a = math.hypot(se_a, noise.sd) if a.n_seeds <= 1 else se_a
+        se_b = math.hypot(se_b, noise.sd) if b.n_seeds <= 1 else se_b
+    return _normal_difference(diff, math.hypot(se_a, se_b), "values")
+
+
+def _normal_difference(diff: float, se: float, scale: str) -> CellDifference:
     if se == 0:
-        return CellDifference(diff, stats.Interval(diff, diff, "normal", 0.95), 0.0 if diff else 1.0, "values")
+        return CellDifference(diff, stats.Interval(diff, diff, "normal", 0.95), 0.0 if diff else 1.0, scale)
     from scipy.stats import norm
 
     z = norm.ppf(0.975)
     return CellDifference(diff, stats.Interval(diff - z * se, diff + z * se, "normal", 0.95),
-                          float(2 * norm.sf(abs(diff) / se)), "values")
+                          float(2 * norm.sf(abs(diff) / se)), scale)
 
 
-def compare_cells(a: Cell, b: Cell, config: BoardConfig) -> float:
+def compare_cells(a: Cell, b: Cell, config: BoardConfig, noise: SeedNoise | None = None) -> float:
     """Two-sided p-value that two cells of one column differ (see :func:`cell_difference`)."""
-    return cell_difference(a, b, config).p_value
+    return cell_difference(a, b, config, noise).p_value
+
+
+def column_seed_noise(table: Table, rows: list[Row], column: Column, preset: str) -> SeedNoise | None:
+    """The seed noise of ``column`` among ``rows`` (a preset's mixers and controls; docs/protocol.md "Seeds"):
+    the pooled within-row standard deviation of the per-seed values of every row with two or more seeds, else
+    the preset's measured seed spread where the column's items are on its scale; each at its one-sided 95% upper
+    confidence bound (the estimate times sqrt(df / chi2_0.05(df))). None when neither exists."""
+    cells = [c for r in rows for c in (table.cell(r, column), table.null_cell(r, column)) if c is not None]
+    multi = [c for c in cells if len(c.seed_values) >= 2 and all(math.isfinite(v) for v in c.seed_values)]
+    if multi:
+        df = sum(len(c.seed_values) - 1 for c in multi)
+        estimate = math.sqrt(sum(float(np.var(c.seed_values, ddof=1)) * (len(c.seed_values) - 1)
+                                 for c in multi) / df)
+        from scipy.stats import chi2
+
+        scale = "items" if all(c.items for c in multi) else "values"
+        return SeedNoise(estimate * math.sqrt(df / chi2.ppf(0.05, df)), estimate, df, scale,
+                         f"{len(multi)} row(s) with several seeds on this board")
+    units = {c.items_unit for c in cells if c.items}
+    if len(units) == 1 and all(c.items for c in cells):
+        from harness.model.recipes import seed_spread
+
+        try:
+            spread = seed_spread(preset)
+        except MixbenchError:
+            spread = None
+        if spread is not None and spread.scale == units.pop():
+            return SeedNoise(spread.sd_upper, spread.sd, spread.df, "items",
+                             f"preset {preset}'s seed spread ({len(spread.seeds)} seeds, {', '.join(spread.splits)})")
+    return None
 
 
 def _better_first(cells: dict[str, Cell], higher: bool) -> list[str]:
@@ -405,18 +588,22 @@ def _better_first(cells: dict[str, Cell], higher: bool) -> list[str]:
 
 
 def tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig) -> dict[str, str]:
-    """Row key -> tie group letter of ``rows`` in ``column``, best first (the module docstring's procedure)."""
-    return _tie_groups(table, rows, column, config)
+    """Row key -> tie group letter of ``rows`` in ``column``, best first (the module docstring's procedure), with
+    the seed noise of the rows' preset (its controls' seeds count too)."""
+    preset = rows[0].preset if rows else ""
+    pool = [*rows, *(r for r in table.rows if r.control and r.preset == preset)]
+    return _tie_groups(table, rows, column, config, column_seed_noise(table, pool, column, preset))
 
 
-def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig) -> dict[str, str]:
+def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig,
+                noise: SeedNoise | None = None) -> dict[str, str]:
     cells = {r.key: c for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)}
     order = _better_first(cells, column.higher_is_better)
     groups: dict[str, str] = {}
     g = 0
     while order:
         best, rest = order[0], order[1:]
-        p_values = [compare_cells(cells[best], cells[k], config) for k in rest]
+        p_values = [compare_cells(cells[best], cells[k], config, noise) for k in rest]
         reject, _ = stats.holm(p_values, config.alpha)
         members = [best] + [k for k, r in zip(rest, reject) if not r]
         name = GROUP_NAMES[g] if g < len(GROUP_NAMES) else str(g + 1)
@@ -431,7 +618,8 @@ def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConf
 
 
 def borda(values: dict[str, list[float]], higher: list[bool], weights: list[float]) -> dict[str, float]:
-    """Weighted Borda points: per column, a point per row beaten and half per tie, times the column's weight."""
+    """Weighted Borda points on raw values (the rank interval's draws): per column, a point per row beaten and half
+    per tie, times the column's weight."""
     points = {k: 0.0 for k in values}
     keys = list(values)
     for j, (up, w) in enumerate(zip(higher, weights)):
@@ -448,31 +636,65 @@ def competition_ranks(points: dict[str, float]) -> dict[str, int]:
     return {k: 1 + sum(points[o] > points[k] + 1e-12 for o in points) for k in points}
 
 
-def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: BoardConfig):
+def group_points(groups: dict[str, int]) -> dict[str, float]:
+    """Borda points from tie groups (0 is the best group): a point per row in a worse group and half a point per
+    other row of its own; a column whose rows all share one group gives none."""
+    if len(set(groups.values())) <= 1:
+        return {k: 0.0 for k in groups}
+    return {k: sum(o > g for o in groups.values()) + 0.5 * (sum(o == g for o in groups.values()) - 1)
+            for k, g in groups.items()}
+
+
+def effective_groups(groups: dict[str, str | None], bottom: set[str]) -> dict[str, int]:
+    """Tie-group letters as indices, with the rows in ``bottom`` (not better than their null) and rows without a
+    group sharing one group below every other."""
+    index = {k: GROUP_NAMES.index(g) if g in GROUP_NAMES else len(GROUP_NAMES) for k, g in groups.items()
+             if g is not None and k not in bottom}
+    last = max(index.values(), default=-1) + 1
+    return {k: index.get(k, last) for k in groups}
+
+
+def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: BoardConfig,
+          bottom: set[tuple[str, str]] | None = None, noise: dict[str, SeedNoise | None] | None = None):
+    """Borda on tie groups (:func:`group_points`, each column at its weight) and competition ranks; the rank
+    interval from bootstrap draws of the columns that give points (columns resampled, and within each its shared
+    items with its seed noise), the rows not better than their null tied below the rest in every draw."""
+    bottom, noise = bottom or set(), noise or {}
     points: dict[str, float | None] = {r.key: None for r in rows}
     ranks: dict[str, int | None] = {r.key: None for r in rows}
     intervals: dict[str, tuple[int, int] | None] = {r.key: None for r in rows}
     if not voting or not rows:
         return points, ranks, intervals
     keys = [r.key for r in rows]
-    cells = [[table.cell(k, v.column) for v in voting] for k in keys]
-    values = {k: [c.value for c in cells[i]] for i, k in enumerate(keys)}
-    higher = [v.column.higher_is_better for v in voting]
-    weights = [v.weight for v in voting]
-    p = borda(values, higher, weights)
+    p = {k: 0.0 for k in keys}
+    active: list[tuple[ColumnVerdict, set[str]]] = []
+    for v in voting:
+        low = {k for k in keys if (k, v.column.name) in bottom}
+        column_points = group_points(effective_groups({k: v.groups.get(k) for k in keys}, low))
+        if any(column_points.values()):
+            active.append((v, low))
+        for k in keys:
+            p[k] += v.weight * column_points[k]
     r = competition_ranks(p)
     points.update(p)
     ranks.update(r)
-    if len(rows) < 2 or config.bootstrap == 0:
+    if len(rows) < 2 or config.bootstrap == 0 or not active:
         intervals.update({k: (r[k], r[k]) for k in keys})
         return points, ranks, intervals
     rng = stats.rng_for([config.seed, 17])
-    samplers = [_column_sampler([cells[i][j] for i in range(len(keys))], rng) for j in range(len(voting))]
+    samplers = [_column_sampler([table.cell(k, v.column) for k in keys], rng, noise.get(v.column.name))
+                for v, _ in active]
+    higher = [v.column.higher_is_better for v, _ in active]
+    weights = [v.weight for v, _ in active]
     draws = np.empty((config.bootstrap, len(keys)))
     for b in range(config.bootstrap):
-        chosen = rng.integers(0, len(voting), len(voting))  # resample columns
-        sampled = [samplers[j]() for j in chosen]
-        vals = {k: [sampled[c][i] for c in range(len(chosen))] for i, k in enumerate(keys)}
+        chosen = rng.integers(0, len(active), len(active))  # resample columns
+        vals: dict[str, list[float]] = {k: [] for k in keys}
+        for j in chosen:
+            sampled = samplers[j]()
+            worst = -math.inf if higher[j] else math.inf
+            for i, k in enumerate(keys):
+                vals[k].append(worst if k in active[j][1] else sampled[i])
         pts = borda(vals, [higher[j] for j in chosen], [weights[j] for j in chosen])
         rk = competition_ranks(pts)
         draws[b] = [rk[k] for k in keys]
@@ -483,9 +705,10 @@ def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: Bo
     return points, ranks, intervals
 
 
-def _column_sampler(cells: list[Cell], rng: np.random.Generator):
+def _column_sampler(cells: list[Cell], rng: np.random.Generator, noise: SeedNoise | None = None):
     """A function returning one bootstrap draw of every row's value in a column: shared items resampled jointly
-    when every row has them, else each value drawn from a normal with its interval's standard error."""
+    when every row has them, else each value drawn from a normal with its interval's standard error; with the
+    column's seed noise added on its scale (:func:`cell_difference`)."""
     shared = None
     if all(c.items for c in cells):
         common = set.intersection(*(set(c.items) for c in cells))
@@ -494,13 +717,18 @@ def _column_sampler(cells: list[Cell], rng: np.random.Generator):
     if shared is not None:
         vals = np.array([[c.items[i][0] for i in shared] for c in cells])
         wts = np.array([[c.items[i][1] for i in shared] for c in cells])
+        seed_sd = np.array([noise.sd / math.sqrt(max(c.n_seeds, 1)) if noise is not None and noise.scale == "items"
+                            else 0.0 for c in cells])
 
         def items_draw() -> list[float]:
             idx = rng.integers(0, len(shared), len(shared))
-            return list(stats.weighted_mean(vals[:, idx], wts[:, idx], axis=1))
+            return list(stats.weighted_mean(vals[:, idx], wts[:, idx], axis=1) + rng.normal(0.0, 1.0, len(cells))
+                        * seed_sd)
 
         return items_draw
     ses = [c.interval.normal_stderr() if c.interval is not None else None for c in cells]
+    if noise is not None and noise.scale == "values":
+        ses = [math.hypot(se or 0.0, noise.sd) if c.n_seeds <= 1 else se for c, se in zip(cells, ses)]
 
     def normal_draw() -> list[float]:
         return [c.value + (rng.normal(0, se) if se else 0.0) for c, se in zip(cells, ses)]

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.reporting.board import Board, BoardConfig, build_board
+from harness.reporting.preamble import preamble
 from harness.errors import MixbenchError
 from harness.registry import SUITES
 from harness.reporting.render import (
@@ -308,6 +309,7 @@ class _Site:
         parts = [
             "<h1>mixbench leaderboard</h1>",
             f'<p class="warning"><strong>{esc(first)}</strong></p>' if first else "",
+            "".join(f'<p class="note preamble">{esc(line)}</p>' for line in preamble(board) if line != first),
             f'<p class="note">{len(self.runs)} runs of {len(self.table.rows)} models (results store: '
             f"<code>{esc(self.paths.store_name)}</code>). Click a column header to sort, hover over it for the "
             "column's full name; click a model for its loss curves and the provenance of its runs "
@@ -477,7 +479,7 @@ class _Site:
                 f'<td class="text">{esc(m.gate.status)}</td><td class="text">{esc(m.written_at)}</td></tr>'
             )
         head = "".join(f'<th class="text">{h}</th>' for h in
-                       ("run", "kind", "model", "preset", "seed", "config", "gate", "written"))
+                       ("run", "kind", "model", "preset", "seed", "config", "check", "written"))
         return scroll(f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
     def _generic_samples(self, runs: list[RunRecord]) -> str:
@@ -524,7 +526,7 @@ class _Site:
                 ("training FLOPs", si(row.train_flops, "FLOP", 4) if row.train_flops else row.train_flops),
                 ("training tokens/s", row.train_tokens_per_s),
                 ("mixer config", self.paths.text(json.dumps(subject.mixer_config, sort_keys=True))),
-                ("gate", row.gate), ("row (model identity without seed)", row.key),
+                ("conformance check", row.gate), ("row (model identity without seed)", row.key),
             ]),
         ]
         curve = self._loss_plot(row)
@@ -591,7 +593,7 @@ class _Site:
             f"<h1>Run {esc(run.run_id)}</h1>",
             kv_table([("suite", m.suite), ("config", self.paths.text(m.config_label)), ("kind", m.kind),
                        ("model", m.subject.label),
-                       ("preset", m.subject.preset or "—"), ("seed", m.subject.seed), ("gate", m.gate.status),
+                       ("preset", m.subject.preset or "—"), ("seed", m.subject.seed), ("conformance check", m.gate.status),
                        ("written", m.written_at), *([("timings", timings_text(m.timings))] if m.timings else [])]),
             "<h2>Metrics</h2>",
             scroll(f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{metrics}</tbody></table>'),

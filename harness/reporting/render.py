@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from harness.reporting.board import Board
+from harness.reporting.preamble import UNTUNED_MARK, preamble
 from harness.errors import MixbenchError
 from harness.store.results import json_safe
 from harness.reporting.table import Cell, Column, Row
@@ -224,16 +225,19 @@ def ordered_rows(board: Board) -> list[Row]:
 
 
 def _headline_columns(board: Board) -> list[Column]:
-    """The first headline column of each suite on the board, under the config its columns vote in
-    (:meth:`harness.reporting.table.Table.shown_configs`), so the compact view shows the columns its ranks come from."""
-    seen, out = set(), []
+    """One column per suite on the board, under the config its columns vote in
+    (:meth:`harness.reporting.table.Table.shown_configs`): its first voting column, or its first headline when
+    none votes, so the compact view shows the columns its ranks come from and never a non-voting sibling."""
+    out: dict[str, Column] = {}
     shown = board.table.shown_configs()
     for c in board.table.columns:
-        if c.config != shown[c.suite] or not c.headline or c.suite in seen:
+        if c.config != shown[c.suite] or not c.headline:
             continue
-        seen.add(c.suite)
-        out.append(c)
-    return out
+        votes = (v := board.verdicts.get(c.name)) is not None and v.votes
+        current = out.get(c.suite)
+        if current is None or (votes and not board.verdicts[current.name].votes):
+            out[c.suite] = c
+    return list(out.values())
 
 
 #: the compact view's width bound in characters (a terminal, a README code block)
@@ -261,8 +265,7 @@ def display(board: Board, view: str = "compact", suite: str | None = None, style
             continue
         suites = [k for k in d.keys if k not in d.text_columns and k not in ("params", "state")]
         silent = [k for k in suites if not (board.verdicts.get(k) and board.verdicts[k].votes)]
-        order = [k for k in ("state", "params") if k in d.keys] + silent[::-1] + [k for k in suites[::-1]
-                                                                                  if k not in silent]
+        order = [k for k in ("state",) if k in d.keys] + silent[::-1] + [k for k in suites[::-1] if k not in silent]
         if not order or len(suites) <= 1 and order == suites:
             break  # as narrow as it gets
         omitted.append(order[0])
@@ -298,7 +301,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     if len(presets) > 1:
         lead.append(("preset", "preset"))
     lead += [(k, _state_header(board) if k == "state" else k) for k in ("params", "state") if k not in omitted]
-    lead.append(("gate", "gate"))
+    lead.append(("check", "check"))
     if view != "compact":
         # no training tokens/s: numbers of separate runs on whatever machine each ran (the model pages keep them)
         lead.append(("seeds", "seeds"))
@@ -315,11 +318,11 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     for row in ordered:
         values = {
             "rank": (_rank_text(board, row), board.rank.get(row.key)),
-            "model": (row.label, None),
+            "model": (row.label + (UNTUNED_MARK if row.recipe in ("untuned", "overridden") else ""), None),
             "preset": (row.preset, None),
             "params": (si(row.parameters), row.parameters),
             "state": (si(row.state_floats), row.state_floats),
-            "gate": (GATE_LABELS.get(row.gate, row.gate or MISSING), None),
+            "check": (GATE_LABELS.get(row.gate, row.gate or MISSING), None),
             "seeds": (f"{len(row.seeds)} ({','.join(map(str, row.seeds))})" if row.seeds else MISSING,
                       len(row.seeds) or None),
         }
@@ -333,7 +336,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
             verdict = board.verdicts.get(c.name)
             group = board.group(row, c) if verdict is not None and verdict.votes else None
             text = compact_cell(cell, significant.get(c.name, 3)) if view == "compact" else cell_text(cell)
-            if cell is not None and (row.key, c.name) in board.not_above_control:
+            if cell is not None and board.not_above(row, c):
                 text += CONTROL_MARK
             if group is not None and cell is not None:
                 text += group if view == "compact" else f" {group}"
@@ -350,7 +353,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
         named = "; ".join(f"{abbreviate(c.suite)} = {c.name} ({'higher' if c.higher_is_better else 'lower'} is better)"
                           for c in columns)
         notes.insert(0, f"columns: {named}; values: value±half the interval's width ([low,high] when skewed), then the tie group")
-    return Display(keys, header, body, raw, best, notes, {"model", "preset", "gate", "seeds", "rank"})
+    return Display(keys, header, body, raw, best, notes, {"model", "preset", "check", "seeds", "rank"})
 
 
 #: the gate's verdicts as every view prints them (the legend says what they mean)
@@ -389,18 +392,23 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
     """What every mark means, which columns vote and why the others do not, and what rows lack."""
     cfg = board.config
     lines = [
-        f"rank: Borda rank within the preset over the voting columns, each suite weighing the same; in brackets its "
-        f"{cfg.rank_level:.0%} bootstrap interval (columns and shared items resampled); '=' marks a row whose rank "
-        "interval overlaps another's (tied); '–' a row that lacks a voting suite.",
+        f"rank: Borda rank within the preset over the voting columns, each suite weighing the same, on tie groups (a "
+        "point per row in a lower group, half per other row of its own; rows not better than the null share the "
+        "lowest group; a column whose rows all tie gives none); in brackets its "
+        f"{cfg.rank_level:.0%} bootstrap interval (columns, shared items and seed noise resampled); '=' marks a row "
+        "whose rank interval overlaps another's (tied); '–' a row that lacks a voting suite.",
         f"letters: tie groups of a voting column; 'a' (bold) holds the best row and every row a paired test on "
-        f"shared items cannot tell from it (Holm, family-wise alpha {cfg.alpha:g}); then 'b', ...",
+        f"shared items cannot tell from it (Holm, family-wise alpha {cfg.alpha:g}), the training-seed spread "
+        "counted (docs/protocol.md); then 'b', ...",
         f"values: mean over seeds with its interval (one seed: the run's own; ± is half its width, a skewed interval "
         f"is shown by its bounds [low,high]); "
         f"{UNRELIABLE_MARK} unreliable (does not vote), {OUTSIDE_MARK} the point lies outside its interval, "
         "n/a does not exist, — missing.",
-        "gate: the conformance gate's verdict for the row's mixer and config: ok passed, skip scored with "
-        "--skip-gate, model an external model that passed the model-level checks (causal, deterministic, batch "
-        "independent).",
+        "check: the conformance gate's verdict (`mixbench check`) for the row's mixer and config: ok passed, skip "
+        "scored with --skip-gate, model an external model that passed the model-level checks (causal, "
+        "deterministic, batch independent); not the backbone's residual gates, which the first lines name.",
+        f"{UNTUNED_MARK} after a model: trained without its tuned recipe (no recipe for it at its preset, or its "
+        "values overridden); its learning rate was not chosen on validation for it (docs/protocol.md).",
         "state: floats of decode state per sequence after the model's training context ("
         + (", ".join(f"T={t}" for t in state_contexts(board)) or "T unknown") + "), as the mixer counts it.",
         "seeds: how many seeds the row averages, their ids in brackets (full views).",
@@ -410,7 +418,9 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
         lines.append(
             "control: a control mixer (docs/controls.md), trained and scored like the others and never ranked; a column "
             f"whose best mixer is not better than every control does not vote; {CONTROL_MARK} a mixer cell not better "
-            f"than {refs} (paired test on shared items, Holm over the column's mixers, alpha {cfg.alpha:g}); `--all` "
+            f"than its null: {refs} (paired test on shared items with the seed spread, Holm over the column's "
+            f"mixers, alpha {cfg.alpha:g}), or, in a column controls cannot score, its own untrained model; such "
+            "a cell takes no Borda points; `--all` "
             "and the JSON give each score cell's difference from the controls with its interval (on the items' "
             "scale where items exist: NLL per token for perplexity).")
     else:
@@ -423,6 +433,10 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
             "(`mixbench compare` pairs them on the same documents).")
     votes = [v.column.name for v in board.verdicts.values() if v.votes]
     lines.append("voting columns: " + (", ".join(votes) if votes else "none"))
+    unknown = sorted({name for (_, name), n in board.seed_noise.items() if n is None and name in votes})
+    if unknown:
+        lines.append("seed spread unknown (one seed per row and none measured for the preset): "
+                     f"{', '.join(unknown)}; their ties and vetoes count item noise only")
     for c in columns:
         v = board.verdicts.get(c.name)
         if v is not None and not v.votes and c.role == "score":
@@ -494,8 +508,10 @@ def _render_md(board: Board, d: Display, compact: bool = False) -> str:
     else:
         text = pd.DataFrame(rows, columns=header).to_markdown(index=False, disable_numparse=True)
     first = board.headline()
-    lead = textwrap.fill(f"**{_escape_md(first)}**", COMPACT_WIDTH, break_on_hyphens=False,
-                         break_long_words=False) + "\n\n" if first else ""
+    lead = "".join(textwrap.fill(f"**{_escape_md(line)}**" if line == first else _escape_md(line), COMPACT_WIDTH,
+                                 break_on_hyphens=False, break_long_words=False) + "\n"
+                   for line in preamble(board))
+    lead += "\n" if lead else ""
     notes = [textwrap.fill(_escape_md(note), COMPACT_WIDTH, initial_indent="- ", subsequent_indent="  ",
                            break_on_hyphens=False, break_long_words=False) for note in d.legend]
     return lead + text + "\n\n" + "\n".join(notes)
@@ -536,7 +552,9 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
             "preset": row.preset,
             "seeds": list(row.seeds),
             "parameters": row.parameters, "state_floats": row.state_floats, "train_flops": row.train_flops,
-            "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate,
+            "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate, "recipe": row.recipe,
+            "non_embedding_parameters": row.non_embedding_parameters, "residual_gates": row.residual_gates,
+            "output_init": row.output_init, "train_tokens": row.budget,
             "rank": board.rank.get(row.key), "rank_interval": board.rank_interval.get(row.key),
             "rank_tied": board.tied.get(row.key, False), "borda_points": board.points.get(row.key),
             "unranked": board.unranked.get(row.key), "pareto": board.pareto.get(row.key),
@@ -550,6 +568,7 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
             rec["cells"][c.name] = {**cell.to_json(), "role": c.role, "votes": bool(verdict and verdict.votes),
                                     "group": board.group(row, c) if verdict is not None and verdict.votes else None,
                                     "not_better_than_control": (row.key, c.name) in board.not_above_control,
+                                    "not_better_than_null": (row.key, c.name) in board.not_above_null,
                                     "vs_controls": [comp.to_json()
                                                     for comp in board.vs_controls.get((row.key, c.name), [])]}
         out.append(rec)
@@ -589,6 +608,10 @@ def board_json(board: Board, columns: list[Column] | None = None) -> str:
         "rows": board_records(board, columns),
         "notes": legend(board, list(board.table.columns) if columns is None else columns),
         "headline": board.headline(),
+        "preamble": preamble(board),
+        "context_use": [u.to_json() for u in board.context],
+        "seed_noise": {f"{p}/{name}": None if n is None else n.to_json()
+                       for (p, name), n in sorted(board.seed_noise.items())},
         "reference_controls": board.reference_controls,
         "config": {"alpha": board.config.alpha, "rank_level": board.config.rank_level,
                    "bootstrap": board.config.bootstrap},

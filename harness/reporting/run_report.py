@@ -146,7 +146,7 @@ def compare_models(store: ResultsStore, a: str, b: str, suites: Iterable[str] | 
     run id prefix) on every column both have (the board's headline columns; every metric with ``all_metrics``): the board's own :func:`harness.reporting.board.cell_difference` (paired
     bootstrap on shared items, seeds averaged per item), Holm-corrected across the columns compared."""
     from harness import stats
-    from harness.reporting.board import BoardConfig, cell_difference
+    from harness.reporting.board import BoardConfig, cell_difference, column_seed_noise
     from harness.reporting.table import build_table
 
     store.require_existing()
@@ -160,10 +160,14 @@ def compare_models(store: ResultsStore, a: str, b: str, suites: Iterable[str] | 
         ca, cb = table.cell(row_a, column), table.cell(row_b, column)
         if ca is None or cb is None or not (math.isfinite(ca.value) and math.isfinite(cb.value)):
             continue
-        d = cell_difference(ca, cb, config)
+        pool = [r for r in table.rows if r.preset in (row_a.preset, row_b.preset)]
+        noise = column_seed_noise(table, pool, column, row_a.preset) if row_a.preset == row_b.preset else None
+        d = cell_difference(ca, cb, config, noise)
         shared = len(set(ca.items or {}) & set(cb.items or {}))
         basis = f"{shared} shared items" if d.scale == "items" else (
             "intervals (no shared items)" if d.interval is not None else "values only (no interval: no claim)")
+        if noise is not None:
+            basis += f" + seed spread {noise.sd:.3g}"
         found.append((column, ca, cb, d, basis))
     if not found:
         raise MixbenchError(f"'{row_a.label}' and '{row_b.label}' share no scored column in {store.root}; run the "
@@ -210,7 +214,8 @@ def compare_text(store: ResultsStore, a: str, b: str, suites: Iterable[str] | No
     return "\n".join([
         f"A = {label_a}", f"B = {label_b}",
         "A - B on shared items is a paired bootstrap on the items' own scale (NLL per token for perplexity, the "
-        "item's score elsewhere; seeds averaged per item); without shared items, a normal interval from the two "
+        "item's score elsewhere; seeds averaged per item), with the training-seed spread of the column added where "
+        "it is known (docs/protocol.md, \"Seeds\"); without shared items, a normal interval from the two "
         f"intervals. Holm's correction over the {len(rows)} columns, alpha 0.05.",
         _table(header, body, {1, 2, 5}),
     ])

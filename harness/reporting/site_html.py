@@ -188,11 +188,14 @@ LEGEND = (
                 "prefix), trained and scored like the mixers and never ranked. A column whose best mixer is not "
                 "better than every control does not vote: what it measures does not come from mixing. Each "
                 "mixer cell's difference from the controls, with its interval, is in board.json and board.csv."),
-    (CONTROL_MARK, "a mixer's value that is not better than the reference control's ({refs}; paired test on "
-                   "shared items, Holm-corrected over the column's mixers, alpha {alpha}): at this budget, in this "
-                   "column, the mixer has shown nothing a model without context could not do."),
-    ("gate", "the conformance gate's verdict for the row's mixer and config: ok (passed), or skip (scored with "
-             "--skip-gate, for debugging). A mixer that fails the gate is never scored."),
+    (CONTROL_MARK, "a mixer's value that is not better than its null: the reference control's ({refs}; paired "
+                   "test on shared items with the training-seed spread, Holm-corrected over the column's mixers, "
+                   "alpha {alpha}), or, where controls have no value, its own untrained model's: at this budget, in "
+                   "this column, the mixer has shown nothing a model without context (or without training) could "
+                   "not do. Such a cell takes no Borda points."),
+    ("check", "the conformance gate's verdict (mixbench check) for the row's mixer and config: ok (passed), or skip "
+              "(scored with --skip-gate, for debugging). A mixer that fails the gate is never scored. Not the "
+              "backbone's residual gates, which the lines above the board name."),
     ("◆ Pareto", "on the Pareto front of quality against measured speed in its preset (the red points of the plot "
                  "below): no other model of the preset is at least as good on both axes and better on one."),
     ("⚑", "the runs behind this row differ in code, packages, device, kernel or gate (its page shows which)."),
@@ -200,7 +203,7 @@ LEGEND = (
                 "(e.g. a crossover outside the measured grid)."),
 )
 #: lines of :func:`harness.reporting.render.legend` that :data:`LEGEND` already says (in the site's words), by their lead
-_LEGEND_SAID = {"rank", "letters", "values", "gate", "control", "voting columns"}
+_LEGEND_SAID = {"rank", "letters", "values", "check", "control", "voting columns"}
 
 
 def legend_items(board: Board, pareto: bool) -> list[tuple[str, str]]:
@@ -242,7 +245,7 @@ LEAD_TITLES = {
     "preset": "the model size and training recipe",
     "params": "trainable parameters",
     "state": "floats of decode state per sequence after the training context",
-    "gate": "the conformance gate's verdict: ok passed, skip scored with --skip-gate",
+    "check": "the conformance gate's verdict (mixbench check): ok passed, skip scored with --skip-gate",
     "seeds": "how many seeds the row averages (their ids)",
 }
 

@@ -52,6 +52,8 @@ class Column:
     unit: str = ""
     config: str = ""
     headline: bool = True
+    null_metric: str = ""  # the metric holding each row's null model's value (harness.suite.Metric.null)
+    positions: tuple[int, int] | None = None  # the target positions it scores (harness.suite.Metric.positions)
 
     @property
     def name(self) -> str:
@@ -73,6 +75,11 @@ class Cell:
     chance: float | None = None
     perfect: float | None = None
     n: int | None = None
+    #: each seed's value on the scale comparisons use: the weighted mean of its items where it has items (NLL per
+    #: token for perplexity), else its value; the board's seed spread comes from these (docs/protocol.md, "Seeds")
+    seed_values: tuple[float, ...] = ()
+    items_unit: str = ""
+    units: int | None = None  # harness.suite.Metric.units (the same for every seed, else None)
 
     @property
     def outside_interval(self) -> bool:
@@ -88,6 +95,8 @@ class Cell:
             "unit": self.unit,
             "unreliable": self.unreliable,
             "chance": self.chance,
+            "seed_values": [_json(v) for v in self.seed_values],
+            "units": self.units,
         }
 
 
@@ -106,10 +115,16 @@ class Row:
     preset: str
     seeds: tuple[Any, ...] = ()
     parameters: int | None = None
+    non_embedding_parameters: int | None = None
     state_floats: int | None = None
     train_flops: float | None = None
     train_tokens_per_s: float | None = None
     gate: str = ""
+    #: tuned / overridden / untuned (harness/model/recipes.py): whether its training values are its recipe's
+    recipe: str = ""
+    #: the backbone's residual gates (none / mixer / all) and who initialised the mixer's output projection
+    residual_gates: str = ""
+    output_init: str = ""
     control: bool = False  # a control row (docs/controls.md): shown, compared with, never ranked
     context_free: bool = False
     #: a transformers model mixbench did not train (docs/huggingface.md): shown beside the rows, never ranked (its
@@ -133,6 +148,19 @@ class Table:
     root: str = ""
     #: rows below the largest token budget of their series: off the board, their cells kept for rank stability
     earlier: list[Row] = field(default_factory=list)
+    #: (row key, column name) -> the row's null-model cell of a column that declares one (Column.null_metric)
+    null_cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    #: suites with only ad-hoc (override) runs: their columns stand in for a canonical config and never vote
+    ad_hoc: set[str] = field(default_factory=set)
+
+    def ad_hoc_configs(self) -> set[str]:
+        """Suites whose shown columns come from ad-hoc (override) runs only."""
+        return set(self.ad_hoc)
+
+    def null_cell(self, row: Row | str, column: Column | str) -> Cell | None:
+        key = row.key if isinstance(row, Row) else row
+        name = column.name if isinstance(column, Column) else column
+        return self.null_cells.get((key, name))
 
     def cell(self, row: Row | str, column: Column | str) -> Cell | None:
         key = row.key if isinstance(row, Row) else row
@@ -207,9 +235,10 @@ def table_from_runs(runs: list[RunRecord], root: str = "", suites: Iterable[str]
             notes.append(f"no results for suite(s) {', '.join(unknown)} (suites with results: "
                          f"{', '.join(available) or 'none'})")
     order = wanted or available
-    columns, cells = _cells([*rows.values(), *earlier], order, all_metrics, all_configs, notes)
+    ad_hoc: set[str] = set()
+    columns, cells, nulls = _cells([*rows.values(), *earlier], order, all_metrics, all_configs, notes, ad_hoc)
     ordered = sorted(rows.values(), key=lambda r: (_preset_rank(r.preset), r.label))
-    return Table(ordered, columns, cells, notes, root, earlier)
+    return Table(ordered, columns, cells, notes, root, earlier, nulls, ad_hoc)
 
 
 def _preset_rank(preset: str) -> tuple[int, str]:
@@ -260,10 +289,20 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         subjects = {r.manifest.subject.id: r.manifest.subject for r in row.runs}.values()
         row.seeds = tuple(sorted({s.seed for s in subjects if s.seed is not None}))
         row.parameters = _mean_int([s.parameters for s in subjects])
+        row.non_embedding_parameters = _mean_int([s.non_embedding_parameters for s in subjects])
         row.state_floats = _mean_int([s.state_floats for s in subjects])
         row.train_flops = _mean([s.train_flops for s in subjects])
         row.train_tokens_per_s = _mean([s.train_tokens_per_s for s in subjects])
+        row.recipe = _shared([s.recipe for s in subjects])
+        row.output_init = _shared([s.output_init for s in subjects])
+        row.residual_gates = _shared([str((s.backbone or {}).get("residual_gates", "")) for s in subjects])
     return rows
+
+
+def _shared(values: list[str]) -> str:
+    """The value every part agrees on, "" when none is known, else "mixed"."""
+    known = {v for v in values if v}
+    return known.pop() if len(known) == 1 else ("mixed" if known else "")
 
 
 def _gate_status(runs: list[RunRecord]) -> str:
@@ -318,10 +357,11 @@ def _canonical_configs(rows: list[Row], suite: str) -> tuple[str | None, bool, l
     return chosen, bool(canonical_keys), sorted(set(coverage) - {chosen})
 
 
-def _cells(rows: list[Row], suites: list[str], all_metrics: bool, all_configs: bool,
-           notes: list[str]) -> tuple[list[Column], dict[tuple[str, str], Cell]]:
+def _cells(rows: list[Row], suites: list[str], all_metrics: bool, all_configs: bool, notes: list[str],
+           ad_hoc: set[str]) -> tuple[list[Column], dict[tuple[str, str], Cell], dict[tuple[str, str], Cell]]:
     columns: list[Column] = []
     cells: dict[tuple[str, str], Cell] = {}
+    nulls: dict[tuple[str, str], Cell] = {}
     for suite in suites:
         shown, is_canonical, others = _canonical_configs(rows, suite)
         configs = ([shown] if shown is not None else []) + (others if all_configs else [])
@@ -329,15 +369,18 @@ def _cells(rows: list[Row], suites: list[str], all_metrics: bool, all_configs: b
         if hidden and not all_configs:
             notes.append(f"{hidden} {suite} run(s) under other configs are not on the board (--all-configs shows them)")
         if shown is not None and not is_canonical:
-            notes.append(f"{suite} has only runs under ad-hoc configs (--suite-config); its column shows "
-                         f"{_label_of(rows, suite, shown)}")
+            ad_hoc.add(suite)
+            notes.append(f"{suite} has only runs under ad-hoc configs (--suite-config, --limit); its column shows "
+                         f"{_label_of(rows, suite, shown)} as a diagnostic: it never votes")
         for config in configs:
             label = "" if config == shown and is_canonical else _label_of(rows, suite, config)
-            for column, per_row in _suite_columns(rows, suite, config, label, all_metrics):
+            for column, per_row, null_per_row in _suite_columns(rows, suite, config, label, all_metrics):
                 columns.append(column)
                 for row_key, cell in per_row.items():
                     cells[(row_key, column.name)] = cell
-    return columns, cells
+                for row_key, cell in null_per_row.items():
+                    nulls[(row_key, column.name)] = cell
+    return columns, cells, nulls
 
 
 def _label_of(rows: list[Row], suite: str, config: str) -> str:
@@ -368,8 +411,11 @@ def _suite_columns(rows: list[Row], suite: str, config: str, label: str, all_met
         if not shown:
             continue
         column = Column(suite, name, metric.role, metric.higher_is_better, metric.unit, label,
-                        _is_headline(name, headline))
-        out.append((column, {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric[name].items()}))
+                        _is_headline(name, headline), metric.null, metric.positions)
+        nulls = {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric.get(metric.null, {}).items()
+                 } if metric.null else {}
+        out.append((column, {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric[name].items()},
+                    nulls))
     # the suite's headline order, then the rest as they appear: the first column is the suite's first headline
     # (the compact view's column, the Pareto view's speed), whatever order the suite emits its metrics in
     return sorted(out, key=lambda item: _headline_rank(item[0].metric, headline))
@@ -389,17 +435,34 @@ def seed_cell(metrics: list[Metric]) -> Cell:
     first = metrics[0]
     values = [m.value for m in metrics]
     unreliable = next((m.unreliable for m in metrics if m.unreliable), None)
-    items = _mean_items([m.items for m in metrics]) if all(m.items is not None for m in metrics) else None
+    with_items = all(m.items is not None for m in metrics)
+    items = _mean_items([m.items for m in metrics]) if with_items else None
     n = sum(m.n for m in metrics if m.n is not None) if any(m.n is not None for m in metrics) else None
+    per_seed = tuple(_items_mean(m) if with_items else m.value for m in metrics)
+    unit = _shared([m.items.unit for m in metrics]) if with_items else ""
+    units = first.units if all(m.units == first.units for m in metrics) else None
+    extra = dict(seed_values=per_seed, items_unit="" if unit == "mixed" else unit, units=units)
     if len(metrics) == 1:
         return Cell(first.value, first.interval, 1, first.higher_is_better, first.unit, items, unreliable,
-                    first.chance, first.perfect, n)
+                    first.chance, first.perfect, n, **extra)
     finite = [v for v in values if math.isfinite(v)]
     value = statistics.fmean(finite) if len(finite) == len(values) else math.nan
     interval = stats.t_interval(values) if math.isfinite(value) else None
     chance = first.chance if all(m.chance == first.chance for m in metrics) else _mean([m.chance for m in metrics])
     return Cell(value, interval, len(metrics), first.higher_is_better, first.unit, items, unreliable, chance,
-                first.perfect, n)
+                first.perfect, n, **extra)
+
+
+def _items_mean(metric: Metric) -> float:
+    """A run's items on their own scale: their weighted mean (NLL per token for perplexity)."""
+    items = metric.items
+    assert items is not None
+    values = [v for v in items.values]
+    weights = list(items.weights or (1.0,) * len(values))
+    total = sum(w for v, w in zip(values, weights) if math.isfinite(v))
+    if total <= 0:
+        return math.nan
+    return sum(v * w for v, w in zip(values, weights) if math.isfinite(v)) / total
 
 
 def _mean_items(all_items) -> dict[str, tuple[float, float]] | None:

@@ -69,6 +69,10 @@ class InterpConfig:
     sae_steps: int = option(800, "SAE training steps", min=1)
     sae_units: int = 32  # features scored per selection (top by variance and top by frequency)
     # --- coverage of known concepts (train split: Brown genres, SOTU eras)
+    #: units every model's coverage is computed over (a seeded subset of its units, the same for its untrained
+    #: null): a maximum over units grows with their number, so mixers are compared at one count (docs/protocol.md);
+    #: a model with fewer units has no coverage
+    coverage_units: int = option(16, "units (a seeded subset) every model's coverage is computed over", min=1)
     concept_windows: int = 12  # windows per concept, each from a different document where possible
     concept_window: int = option(64, "tokens per concept window", min=1)
     era_bounds: tuple[int, ...] = (1861, 1901, 1946, 2000)  # SOTU eras: [1790, 1861), ..., [2000, ...)

@@ -76,8 +76,9 @@ class Interpretability(Suite):
         "max_units_per_layer": 16,
     }
     #: 2: basis/toy in the paper's convention, key-query in its orientation; 3: a random-unit intervention and the
-    #: intervention metrics with intervals (dprob_interval/target, dprob_gap/random, dppl_interval/target)
-    version: ClassVar[int] = 3
+    #: intervention metrics with intervals (dprob_interval/target, dprob_gap/random, dppl_interval/target); 4:
+    #: coverage at an equal number of units per model, with items and an interval, and scores naming their null
+    version: ClassVar[int] = 4
     headline: ClassVar[tuple[str, ...]] = (
         "coherence", "themes", "token_entropy", "coverage", "dead_frac", "dprob_mean/target",
     )
@@ -170,10 +171,13 @@ class _Run:
         self.info["skipped"][what] = reason
 
     def _metric(self, name: str, value: float, higher: bool, unit: str = "", n: int | None = None,
-                interval: Interval | None = None) -> None:
+                interval: Interval | None = None, **extra: Any) -> None:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return
-        self.metrics.append(Metric(name, float(value), higher, role=_role(name), interval=interval, n=n, unit=unit))
+        if name in SCORES:  # the untrained model of the same architecture is the null a score must beat
+            extra.setdefault("null", name + SUFFIX["null"])
+        self.metrics.append(Metric(name, float(value), higher, role=_role(name), interval=interval, n=n, unit=unit,
+                                   **extra))
 
     # ------------------------------------------------------------------ units
     def _profile_windows(self) -> None:
@@ -331,24 +335,51 @@ class _Run:
             self._skip("coverage", "the corpus carries no Brown genre or SOTU year labels")
             return
         self.info["coverage"] = {f.name: {"concepts": list(f.concepts), "windows": len(f.ids)} for f in families}
-        per_set: dict[str, list[float]] = {}
+        k = cfg.coverage_units
+        chosen = {name: self._coverage_subset(len(s.units)) for name, s in self.sets.items()}
+        self.info["coverage_units"] = {name: len(idx) for name, idx in chosen.items() if idx is not None}
+        per_set: dict[str, list[tuple[str, float, float]]] = {}  # (concept id, correlation, weight)
         for fam in families:
             values = self._window_means(fam.ids)
             for name, vals in values.items():
-                corr = coverage.correlations(vals, fam.labels, len(fam.concepts))
+                idx = chosen[name]
+                if idx is None:
+                    continue
+                corr = coverage.correlations(vals[:, idx], fam.labels, len(fam.concepts))
                 cov = coverage.hungarian_coverage(corr)
                 sfx = SUFFIX[name]
-                self._metric(f"coverage_{fam.name}{sfx}", cov.mean, True, "correlation", len(fam.concepts))
+                self._metric(f"coverage_{fam.name}{sfx}", cov.mean, True, "correlation", len(fam.concepts), units=k)
                 self._metric(f"coverage_{fam.name}{sfx}_sd", cov.sd, False, "correlation", len(fam.concepts))
-                per_set.setdefault(name, []).append(cov.mean)
+                per_set.setdefault(name, []).extend(
+                    (f"{fam.name}/{c}", float(cov.per_concept[i]), 1.0 / len(fam.concepts))
+                    for i, c in enumerate(fam.concepts))
                 units = self.sets[name].units
                 self.samples.append({"kind": "coverage", "unit_set": name, "family": fam.name, "concepts": [
                     {"concept": c, "correlation": float(cov.per_concept[i]),
-                     "unit": None if cov.unit_of[i] < 0 else self._label(units[cov.unit_of[i]], name)}
+                     "unit": None if cov.unit_of[i] < 0 else self._label(units[idx[cov.unit_of[i]]], name)}
                     for i, c in enumerate(fam.concepts)
                 ]})
-        for name, means in per_set.items():
-            self._metric(f"coverage{SUFFIX[name]}", float(np.mean(means)), True, "correlation", len(means))
+        for name, idx in chosen.items():
+            if idx is None:
+                self._skip(f"coverage{SUFFIX[name]}", f"{len(self.sets[name].units)} units, fewer than the "
+                           f"{k} every model's coverage is computed over (coverage_units)")
+                if name == "units":
+                    self.metrics.append(Metric("coverage", math.nan, True, role="score", null="coverage_null",
+                                               unit=f"n/a: fewer than {k} units"))
+        for name, parts in per_set.items():
+            ids, values, weights = zip(*parts)
+            res = stats.bootstrap((np.array(values) * np.array(weights), np.array(weights)),
+                                  lambda v, w, axis=-1: np.sum(v, axis=axis) / np.sum(w, axis=axis),
+                                  n_resamples=cfg.bootstrap, seed=cfg.seed)
+            self._metric(f"coverage{SUFFIX[name]}", res.point, True, "correlation", len(ids), res.interval,
+                         units=k, items=ItemValues(ids, values, weights))
+
+    def _coverage_subset(self, n_units: int) -> np.ndarray | None:
+        """The same ``coverage_units`` of a unit set's units for every model (seeded), or None with fewer."""
+        k = self.cfg.coverage_units
+        if n_units < k:
+            return None
+        return np.sort(np.random.default_rng([self.cfg.seed, 7]).choice(n_units, size=k, replace=False))
 
     def _label(self, unit: Unit, set_name: str) -> str:
         return next(p.label for p in self.profiles[set_name] if (p.layer, p.index) == (unit.layer, unit.index))

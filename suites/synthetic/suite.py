@@ -151,7 +151,7 @@ class SettingResult:
 
 @register_suite("synthetic", config=SyntheticConfig)
 class Synthetic(Suite):
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     scope: ClassVar[str] = "mixer"
     headline: ClassVar[tuple[str, ...]] = ("mqar/*/acc", "*/acc", "*/avg", "*/avg_*of*")
     #: MQAR at (64, 4) and (128, 8), in-context recall at length 64 and memorization, at width 32 with 20 steps of
@@ -241,7 +241,8 @@ class Synthetic(Suite):
         state = int(best.model.lm.state_size(test.seq_len))
         prefix = f"{task.name}/{label}"
         metrics = [
-            accuracy_metric(f"{prefix}/acc", scores, ids, chance, cfg.confidence),
+            accuracy_metric(f"{prefix}/acc", scores, ids, chance, cfg.confidence,
+                            role="diagnostic" if task.one_token_lookback else "score"),
             Metric(f"{prefix}/state_floats", float(state), False, unit="floats/sequence"),
         ]
         extrap: dict[str, Any] = {}

@@ -51,6 +51,9 @@ class TaskSpec:
     source: str
     #: the task group (:data:`GROUPS`): ``recall`` or ``state-tracking``
     group: str = RECALL
+    #: every answer is due one position after its cue, so a one-token look-back (which a short convolution gives
+    #: for free) is all the mixing it needs: its accuracy is a diagnostic, never a vote (docs/protocol.md)
+    one_token_lookback: bool = False
 
     @property
     def state_tracking(self) -> bool:
@@ -160,7 +163,7 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec(
             "memorization", mad.MemorizationConfig, mad.generate_memorization, base=({},),
             full=_mad_full({"vocab_size": (512, 1024, 2048, 4096, 8192)}),
-            head="lm", source="mad-lab mad/data/instances.py; configs/tasks/memorization.yml",
+            head="lm", source="mad-lab mad/data/instances.py; configs/tasks/memorization.yml", one_token_lookback=True,
         ),
         TaskSpec(
             "parity", state_tracking.ParityConfig, state_tracking.generate_word_problem, base=({},),
