@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -30,6 +31,12 @@ def subject(mixer: str = "protot", preset: str = "tiny", seed: int = 0, config: 
         parameters=fields.pop("parameters", 1000), state_floats=fields.pop("state_floats", 10),
         train_tokens_per_s=fields.pop("train_tokens_per_s", 100.0), **fields,
     )
+
+
+def control(name: str = "none", preset: str = "tiny", seed: int = 0, **fields: Any) -> Subject:
+    """A control row's subject (docs/controls.md): ``none`` is context-free. A column votes only if a null (a
+    control with a value there) can veto it, so a planted board that ranks needs one."""
+    return dataclasses.replace(subject(name, preset, seed, **fields), control=True, context_free=name == "none")
 
 
 def manifest(suite: str, subj: Subject, config: dict[str, Any] | None = None, source: str = "default",

@@ -19,7 +19,7 @@ from harness.reporting.leaderboard import board_of, leaderboard_text
 from harness.reporting.render import render
 from harness.store.results import ResultsStore
 from harness.reporting.table import build_table
-from tests.planted import manifest, put, score, subject
+from tests.planted import control, manifest, put, score, subject
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,10 +70,13 @@ def test_baselines_and_speed_never_vote_and_suites_weigh_the_same(tmp_path):
     values = {"x": (1.0, 1.0, 1.0, 0.0), "y": (0.0, 0.0, 0.0, 1.0)}  # x wins every A column, y wins B
     for mixer, (a1, a2, a3, b) in values.items():
         s = subject(mixer)
-        put(store, manifest("A", s), [score("a1", a1), score("a2", a2), score("a3", a3),
+        put(store, manifest("A", s), [score("a1", a1, half=0.01), score("a2", a2, half=0.01), score("a3", a3, half=0.01),
                                        score("unigram_ppl", 5.0 if mixer == "x" else 1.0, False, role="baseline"),
                                        score("tok_s", 1.0 if mixer == "x" else 1e6, role="speed")])
-        put(store, manifest("B", s), [score("b", b)])
+        put(store, manifest("B", s), [score("b", b, half=0.01)])
+    floor = control()  # the null every column needs: the winners beat it
+    put(store, manifest("A", floor), [score(n, -1.0, half=0.01) for n in ("a1", "a2", "a3")])
+    put(store, manifest("B", floor), [score("b", -1.0, half=0.01)])
     board = board_of(store)
     weights = {v.column.name: v.weight for v in board.verdicts.values() if v.votes}
     assert weights == {"A/a1": pytest.approx(1 / 3), "A/a2": pytest.approx(1 / 3), "A/a3": pytest.approx(1 / 3),
@@ -100,6 +103,8 @@ def test_tie_groups_follow_paired_tests_on_shared_items(tmp_path):
     for mixer, items in planted.items():
         value = float(np.mean(list(items.values())))
         put(store, manifest("syn", subject(mixer)), [score("acc", value, True, 0.02, items=items)])
+    floor = _items(base, -0.3, 0.05, rng)
+    put(store, manifest("syn", control()), [score("acc", float(np.mean(list(floor.values()))), True, 0.02, items=floor)])
     board = board_of(store)
     rows = _rows(board)
     groups = {m: board.group(rows[m], board.table.column("syn/acc")) for m in planted}
@@ -126,6 +131,8 @@ def test_a_row_missing_a_suite_is_unranked_never_first(tmp_path):
         put(store, manifest("perplexity", subject(mixer)), [score("ppl", ppl, False, 0.1)])
     for mixer, acc in (("a", 0.9), ("b", 0.8)):  # c lacks robustness
         put(store, manifest("robustness", subject(mixer)), [score("acc", acc, True, 0.01)])
+    put(store, manifest("perplexity", control()), [score("ppl", 40.0, False, 0.1)])
+    put(store, manifest("robustness", control()), [score("acc", 0.1, True, 0.01)])
     put(store, manifest("judge", subject("c")), [score("elo", 2000.0, True, 1.0)])  # only c ran it: too sparse
     board = board_of(store)
     rows = _rows(board)
@@ -136,25 +143,31 @@ def test_a_row_missing_a_suite_is_unranked_never_first(tmp_path):
     assert "c / tiny is not ranked: it lacks robustness" in text
 
 
-def test_a_suite_with_only_ad_hoc_runs_shows_the_column_it_ranks_by(tmp_path):
-    """Mixer-scoped runs (no trained model) under an ad-hoc suite config: the compact view must show the column
-    the ranks come from, and the rows carry their runs' gate verdict (both were missing: a board of ranks
-    without a single metric column, gate '—')."""
+def test_a_suite_with_only_ad_hoc_runs_is_a_diagnostic_column_that_never_votes_or_unranks(tmp_path):
+    """Mixer-scoped runs (no trained model) under an ad-hoc suite config beside a canonical perplexity column: the
+    compact view shows the ad-hoc column and the rows carry their runs' conformance verdict, but the column never
+    votes (one ad-hoc run, `mixbench lm-eval --limit 50` on one mixer, once became the board's rank), and a row
+    without it stays ranked."""
     store = ResultsStore(tmp_path)
     for mixer, acc in (("a", 0.80), ("b", 0.20)):
         s = dataclasses.replace(subject(mixer), kind="mixer", preset=None, seed=None, parameters=None,
                                 state_floats=None, train_tokens_per_s=None)
         put(store, manifest("synthetic", s, config={"lrs": [0.003]}, source="override", headline=("recall/acc",)),
             [score("recall/acc", acc, True, 0.01)])
+    for mixer, ppl in (("a", 20.0), ("b", 10.0), ("c", 15.0)):
+        put(store, manifest("perplexity", subject(mixer)), [score("ppl", ppl, False, 0.1)])
+    put(store, manifest("perplexity", control()), [score("ppl", 40.0, False, 0.1)])
     board = board_of(store)
-    assert [c.name for c in board.voting] == ["synthetic[lrs=0.003]/recall/acc"]
+    assert [c.name for c in board.voting] == ["perplexity/ppl"]
+    assert "ad-hoc config" in board.verdicts["synthetic[lrs=0.003]/recall/acc"].reason
     text = render(board, "md")
     table = [line for line in text.splitlines() if line.startswith("|")]
-    assert table[0].split("|")[-2].strip() == "synthet."  # the voting column is on the compact board
+    assert table[0].split("|")[-2].strip() == "synthet."  # shown, as a diagnostic
     assert "synthet. = synthetic[lrs=0.003]/recall/acc" in text
     cells = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")] for line in table[2:]}
-    assert cells["a"][1].startswith("1") and cells["b"][1].startswith("2")
+    assert cells["b"][1].startswith("1") and cells["c"][1].startswith("2") and cells["a"][1].startswith("3")
     assert cells["a"][5] == cells["b"][5] == "ok"
+    assert not board.unranked
 
 
 def test_a_skip_gated_mixer_scoped_run_marks_the_model_row_it_joins(tmp_path):
@@ -176,6 +189,7 @@ def test_unreliable_and_chance_level_columns_do_not_vote(tmp_path):
         put(store, manifest("judge", s), [score("elo", elo, True, 30.0, unreliable="canary agreement 0.50 [0.36, 0.64] includes chance")])
         put(store, manifest("glue", s), [score("acc", acc, True, 2.0, chance=50.0, perfect=100.0)])
         put(store, manifest("perplexity", s), [score("ppl", 10.0 if mixer == "a" else 11.0, False, 0.1)])
+    put(store, manifest("perplexity", control()), [score("ppl", 12.0, False, 0.1)])
     board = board_of(store)
     assert board.verdicts["judge/elo"].reason.startswith("unreliable: canary agreement")
     assert "chance level" in board.verdicts["glue/acc"].reason
@@ -205,6 +219,8 @@ def _wide_store(root: Path, label: str = "protot") -> ResultsStore:
         for suite in suites:
             value = float(rng.uniform(100, 999))
             put(store, manifest(suite, s, headline=("m",)), [score("m", value, True, float(rng.uniform(1, 90)))])
+    for suite in suites:
+        put(store, manifest(suite, control(), headline=("m",)), [score("m", 1.0, True, 0.5)])
     return store
 
 
@@ -214,8 +230,8 @@ def test_compact_view_fits_120_columns_and_full_views_parse(tmp_path):
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert table and max(len(line) for line in table) <= 120, max(len(line) for line in table)
     doc = json.loads(leaderboard_text(str(tmp_path), "json", "full"))
-    assert {r["model"] for r in doc["rows"]} == {"protot", "attention", "mamba", "deltanet"}
-    assert all(r["rank_interval"] is not None for r in doc["rows"])
+    assert {r["model"] for r in doc["rows"]} == {"protot", "attention", "mamba", "deltanet", "none"}
+    assert all(r["rank_interval"] is not None for r in doc["rows"] if not r["control"])
     first = doc["rows"][0]["cells"]["perplexity/m"]
     assert {"value", "interval", "group", "votes", "role"} <= set(first) and first["interval"]["kind"] == "bootstrap"
     csv = leaderboard_text(str(tmp_path), "csv", "full")
@@ -228,8 +244,8 @@ def test_compact_view_fits_120_columns_and_full_views_parse(tmp_path):
 
 def test_compact_view_of_small_numbers_drops_digits_then_columns_to_fit_and_says_so(tmp_path):
     """Values like the quickstart's JSDs (.00236±.0007) in every column are too wide at three digits: the
-    compact view shows the widest columns to two, then leaves out state and params, naming them; the JSON keeps
-    every digit."""
+    compact view shows the widest columns to two, then leaves out state, then suites, naming them, but never the
+    parameter counts a reader needs to judge a rank; the JSON keeps every digit."""
     store = ResultsStore(tmp_path)
     rng = np.random.default_rng(5)
     suites = ["perplexity", "throughput", "robustness", "glue", "judge", "interpretability", "synthetic", "lm-eval"]
@@ -240,12 +256,14 @@ def test_compact_view_of_small_numbers_drops_digits_then_columns_to_fit_and_says
             value = float(rng.uniform(0.001, 0.009))
             planted.add(value)
             put(store, manifest(suite, s, headline=("m",)), [score("m", value, True, 0.000712)])
+    for suite in suites:
+        put(store, manifest(suite, control(), headline=("m",)), [score("m", 0.0001, True, 0.00001)])
     text = leaderboard_text(str(tmp_path))
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert max(len(line) for line in table) <= 120
-    assert "left out to fit 120 columns: state, params, " in text and "|state|" not in table[0]
+    assert "left out to fit 120 columns: state, " in text and "|state|" not in table[0] and "|params|" in table[0]
     doc = json.loads(leaderboard_text(str(tmp_path), "json", "full"))
-    assert {c["value"] for r in doc["rows"] for c in r["cells"].values()} == planted  # every digit, every column
+    assert {c["value"] for r in doc["rows"] for c in r["cells"].values() if not r["control"]} == planted
 
 
 def test_model_text_is_escaped_in_every_format(tmp_path):
@@ -275,7 +293,7 @@ def test_leaderboard_into_a_closed_pipe_is_quiet(tmp_path):
     _wide_store(tmp_path)
     cmd = f"{sys.executable} -m harness.cli leaderboard --results {tmp_path} --all | head -n 1"
     done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 0 and "Traceback" not in done.stderr and done.stdout.startswith("|")
+    assert done.returncode == 0 and "Traceback" not in done.stderr and done.stdout.startswith("preset tiny: ")
 
 
 def test_ranks_need_no_items_but_then_claim_less(tmp_path):
@@ -284,6 +302,7 @@ def test_ranks_need_no_items_but_then_claim_less(tmp_path):
     store = ResultsStore(tmp_path)
     for mixer, value, half in (("a", 10.0, 0.1), ("b", 10.05, 0.1), ("c", 12.0, 0.1), ("d", 13.0, None)):
         put(store, manifest("perplexity", subject(mixer)), [score("ppl", value, False, half)])
+    put(store, manifest("perplexity", control()), [score("ppl", 40.0, False, 0.1)])
     board = build_board(build_table(store), BoardConfig(bootstrap=200))
     rows = _rows(board)
     col = board.table.column("perplexity/ppl")
@@ -326,7 +345,8 @@ def test_a_suites_first_column_is_its_first_headline_whatever_order_it_emits_met
     store = ResultsStore(tmp_path)
     for mixer in ("a", "b"):
         put(store, manifest("T", subject(mixer), headline=("first", "second_*")),
-            [score("other", 1.0), score("second_x", 2.0), score("first", 3.0, role="speed")])
+            [score("other", 1.0, role="diagnostic"), score("second_x", 2.0, role="diagnostic"),
+             score("first", 3.0, role="speed")])
     board = board_of(store, all_metrics=True)
     assert [c.metric for c in board.table.columns] == ["first", "second_x", "other"]
     assert "T/first" in render(board, "md") and "T/second_x" not in render(board, "md").split("\n\n")[0]

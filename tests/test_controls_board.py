@@ -138,8 +138,10 @@ def test_when_no_column_votes_the_first_line_says_nothing_tells_the_mixers_apart
     assert board.rank[next(r.key for r in board.table.rows if r.label == "a")] is None
 
 
-def test_a_control_without_a_value_neither_wins_nor_blocks(tmp_path):
-    """A context-free control's selectivity is undefined (NaN): the column votes on the mixers alone."""
+def test_a_control_without_a_value_neither_wins_nor_blocks_and_is_no_null(tmp_path):
+    """A context-free control's selectivity is undefined (NaN): it cannot veto the column, so alone it leaves the
+    column without a null and the column does not vote; a second control with a value (the blind average) is the
+    null, and the column votes when the best mixer beats it."""
     rng = np.random.default_rng(4)
     base = rng.normal(0.5, 0.2, 200)
     store = ResultsStore(tmp_path)
@@ -148,8 +150,12 @@ def test_a_control_without_a_value_neither_wins_nor_blocks(tmp_path):
     s = subject("ctl", control=True, context_free=True)
     put(store, manifest("rob", s), [score("sel", float("nan"), True)])
     board = board_of(store)
-    assert board.verdicts["rob/sel"].votes
+    assert not board.verdicts["rob/sel"].votes and "no null can veto it" in board.verdicts["rob/sel"].reason
     assert not board.not_above_control
+    _plant(store, "avg", "rob/sel", _items(rng, base, -0.2, 0.01), control=True)
+    board = board_of(store)
+    assert board.verdicts["rob/sel"].votes
+    assert not board.not_above_control  # the marks compare with the context-free control, which has no value
 
 
 def test_cell_difference_without_items_is_a_z_test_on_the_intervals():

@@ -640,7 +640,8 @@ def test_config_is_validated():
 
 
 SMALL = ["profile_tokens=2048", "window=64", "intervene_tokens=2048", "concept_windows=3", "concept_window=32",
-         "random_sets=4", "bootstrap=50", "basis_vocab=64", "basis_sequences=16", "basis_len=32", "max_prompts=32"]
+         "random_sets=4", "bootstrap=50", "basis_vocab=64", "basis_sequences=16", "basis_len=32", "max_prompts=32",
+         "coverage_units=4"]
 
 
 SAE_TOY_JUDGE = ["sae_features=64", "sae_k=4", "sae_tokens=4096", "sae_steps=40", "sae_units=4", "toy_vocab=40",
@@ -689,6 +690,11 @@ def test_cli_end_to_end_reaches_the_leaderboard_and_writes_cards(protot_checkpoi
         assert {"target", "neutral"} <= roles
         assert 0 <= metrics["dead_frac"] <= 1 and -1 <= metrics["coherence"] <= 1
         assert "coherence_null" in metrics and "coverage_null" in metrics and "coherence_random" in metrics
+        # coverage over the same number of units for every model and its null (a maximum grows with their number)
+        assert info["coverage_units"]["units"] == info["coverage_units"]["null"] == 4
+        records = {json.loads(line)["name"]: json.loads(line) for line in (run / "metrics.jsonl").open()}
+        assert records["coverage"]["units"] == 4 and records["coverage"]["null"] == "coverage_null"
+        assert records["coherence"]["null"] == "coherence_null" and len(records["coverage"]["items"]["ids"]) >= 2
         assert "basis_resid_cos" in metrics and "basis_bigram_cos" in metrics and "basis_embedding_cos_init" in metrics
         assert "basis_kq_cos" in metrics and "basis_kq_query_cos" in metrics  # paper's orientation, query rows
         assert info["basis"]["convention"] == "paper" and info["basis"]["full_vocab"] > info["basis"]["vocab"]

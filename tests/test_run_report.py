@@ -20,7 +20,7 @@ from harness.reporting.run_report import compare_models
 from harness.stats import Interval
 from harness.reporting.table import Cell
 from tests.conftest import TINY_TRAIN
-from tests.planted import manifest, put, score, subject
+from tests.planted import control, manifest, put, score, subject
 
 
 def _interval_rows(text: str) -> list[str]:
@@ -148,7 +148,7 @@ def test_board_text_says_what_its_columns_mean(tmp_path, capsys):
         for seed in (0, 1):
             values = rng.normal(3.0 + shift, 0.1, 40)
             items = {f"d{i}": v for i, v in enumerate(values)}
-            subj = subject(mixer, "quick", seed, backbone={"context": 256})
+            subj = (control if mixer == "none" else subject)(mixer, "quick", seed, backbone={"context": 256})
             put(store, manifest("perplexity", subj, headline=("ppl", "ood_ppl")), [
                 score("ppl", float(np.exp(values.mean())), False, half=0.5, items=items),
                 score("ood_ppl", float(np.exp(values.mean() + 0.1)), False, half=0.5,
