@@ -697,7 +697,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     count = "one training seed" if len(seeds) == 1 else f"{len(seeds)} training seeds"
     print(f"mixbench quickstart: {count} per model ({','.join(map(str, seeds))}); "
           + ("a difference smaller than the seed spread is not claimed, and the reference board "
-             "(`make reference-board`) runs 3 seeds" if len(seeds) == 1 else "ties and vetoes count the spread between them"),
+             "(`make reference-board`) runs 3 seeds" if len(seeds) == 1
+             else "ties and vetoes count the spread between them"),
           flush=True)
     # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1
     code = _run_grid(args, quickstart_mixers(), list(suites), seeds, suites, keep_going=True,

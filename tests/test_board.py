@@ -70,7 +70,8 @@ def test_baselines_and_speed_never_vote_and_suites_weigh_the_same(tmp_path):
     values = {"x": (1.0, 1.0, 1.0, 0.0), "y": (0.0, 0.0, 0.0, 1.0)}  # x wins every A column, y wins B
     for mixer, (a1, a2, a3, b) in values.items():
         s = subject(mixer)
-        put(store, manifest("A", s), [score("a1", a1, half=0.01), score("a2", a2, half=0.01), score("a3", a3, half=0.01),
+        put(store, manifest("A", s), [score("a1", a1, half=0.01), score("a2", a2, half=0.01),
+                                       score("a3", a3, half=0.01),
                                        score("unigram_ppl", 5.0 if mixer == "x" else 1.0, False, role="baseline"),
                                        score("tok_s", 1.0 if mixer == "x" else 1e6, role="speed")])
         put(store, manifest("B", s), [score("b", b, half=0.01)])
@@ -104,7 +105,8 @@ def test_tie_groups_follow_paired_tests_on_shared_items(tmp_path):
         value = float(np.mean(list(items.values())))
         put(store, manifest("syn", subject(mixer)), [score("acc", value, True, 0.02, items=items)])
     floor = _items(base, -0.3, 0.05, rng)
-    put(store, manifest("syn", control()), [score("acc", float(np.mean(list(floor.values()))), True, 0.02, items=floor)])
+    put(store, manifest("syn", control()),
+        [score("acc", float(np.mean(list(floor.values()))), True, 0.02, items=floor)])
     board = board_of(store)
     rows = _rows(board)
     groups = {m: board.group(rows[m], board.table.column("syn/acc")) for m in planted}

@@ -50,7 +50,8 @@ def test_a_selection_cannot_read_a_test_split_and_scoring_records_what_it_read(t
     message = str(caught.value)
     assert "tuning the learning rate selects" in message and "'test'" in message and "\n" not in message
     with selection("tuning"):  # validation is what selection reads
-        metrics = entry.cls(entry.make_config({"splits": "validation", "max_windows": 4, "bootstrap": 0})).run(model, ctx)
+        config = entry.make_config({"splits": "validation", "max_windows": 4, "bootstrap": 0})
+        metrics = entry.cls(config).run(model, ctx)
         assert metrics.metrics[0].name == "val_ppl"
         with pytest.raises(SplitDisciplineError):  # an encoded split kept in memory is refused as well
             corpus.encode_split("test_ood")

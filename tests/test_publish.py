@@ -42,7 +42,7 @@ TITLE_PAYLOAD = "<script>document.title='pwned'</script><img src=x onerror=\"doc
 EVIL_GENERATION = f"The cat sat {ALERT} and then {TITLE_PAYLOAD} </div></pre>"
 EVIL_MIXER = "x</script><script>document.title='pwned'</script>"
 MIXERS = ("protot", "attention", "mamba", "deltanet")
-PARAMS = {"protot": 2000, "attention": 1500, "mamba": 1800, "deltanet": 1200}  # EVIL_MIXER: none
+PARAMS = {"protot": 2000, "attention": 1500, "mamba": 1800, "deltanet": 1200, "none": 1000}  # EVIL_MIXER: none
 ARTIFACTS = Path(os.environ.get("MIXBENCH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
 
 
@@ -114,6 +114,11 @@ def store(tmp_path_factory) -> ResultsStore:
                plots=[_png(scratch / "time_vs_length.png", mixer), svg], headline=("prefill_tok_s",),
                provenance_=prov)
     _write(store, EVIL_MIXER, "perplexity", [score("ppl", 40.0, False, 1.0)], headline=("ppl",))
+    # the context-free control, the null every voting column needs (docs/protocol.md, "What votes")
+    _write(store, "none", "perplexity", [score("ppl", 60.0, False, 1.0, unit="perplexity")], headline=("ppl",),
+           control=True, context_free=True)
+    _write(store, "none", "glue", [score(f"{task}/acc", 51.0, True, 1.0, chance=50.0, perfect=100.0, unit="x100")
+                                   for task in GLUE_TASKS], headline=("*/acc",), control=True, context_free=True)
     for mixer, acc in {"protot": 80.0, "attention": 85.0, "mamba": 60.0}.items():
         tasks = [score(f"{task}/acc", acc - 3 * i + RAW_DECIMALS, True, 5.0, chance=50.0, perfect=100.0, unit="x100")
                  for i, task in enumerate(GLUE_TASKS)]
@@ -183,21 +188,21 @@ def test_site_layout_downloads_legend_and_provenance(site, store):
     assert suites == {"glue", "interpretability", "perplexity", "robustness", "throughput"}
     runs = list(store.iter_runs(samples=False))
     assert len(list((site / "runs").glob("*.html"))) == len(runs) == len(list((site / "runs").glob("*.json")))
-    assert len(list((site / "rows").glob("*.html"))) == 5
-    assert len(list((site / "rows").glob("*-loss.png"))) == 5  # each model's training and validation loss
+    assert len(list((site / "rows").glob("*.html"))) == 6  # four mixers, the hostile name, the control
+    assert len(list((site / "rows").glob("*-loss.png"))) == 6  # each model's training and validation loss
 
     doc = json.loads((site / "board.json").read_text())
     validate_board_document(doc)
     by_mixer = {r["mixer"]: r for r in doc["rows"]}
-    assert set(by_mixer) == {*MIXERS, EVIL_MIXER}
+    assert set(by_mixer) == {*MIXERS, EVIL_MIXER, "none"}
     assert by_mixer["protot"]["cells"]["perplexity/ppl"]["value"] == pytest.approx(30.5)  # two seeds averaged
     assert by_mixer["protot"]["cells"]["perplexity/ppl"]["interval"]["kind"] == "t"
     assert "glue/sst2/acc" not in by_mixer["deltanet"]["cells"]  # missing stays missing
     board_csv = list(csv.DictReader(io.StringIO((site / "board.csv").read_text())))
-    assert {r["mixer"] for r in board_csv} == {*MIXERS, EVIL_MIXER}
+    assert {r["mixer"] for r in board_csv} == {*MIXERS, EVIL_MIXER, "none"}
 
     index = (site / "index.html").read_text()
-    for mark in ("What the marks mean", "tie groups", "Pareto", "unreliable", "gate"):
+    for mark in ("What the marks mean", "tie groups", "Pareto", "unreliable", "check"):
         assert mark in index, mark
     assert "Quality against measured speed" in index and "Red: on the Pareto front" in index
     assert "throughput/prefill_tok_s (interleaved, higher = faster)" in index
@@ -428,17 +433,17 @@ def test_site_in_headless_chromium(site, tmp_path):
     dom, _ = _dom(index, profile)
     assert dom.title == "mixbench leaderboard"  # no payload in a mixer name changed it
     _only_our_scripts(dom)
-    assert sorted(dom.board_rows) == sorted([*MIXERS, EVIL_MIXER])  # the table shows every mixer, names as text
+    assert sorted(dom.board_rows) == sorted([*MIXERS, EVIL_MIXER, "none"])  # every row, names as text
     # server order: rank first (protot, deltanet, attention, mamba by perplexity and the rest), unranked last
 
     # sorting runs in the browser (site.js): by parameters, both ways; the row without parameters stays last
-    by_params = sorted(MIXERS, key=PARAMS.get)
+    by_params = sorted([*MIXERS, "none"], key=PARAMS.get)
     dom, _ = _dom(index + "#sort=params:desc", profile)
     assert dom.sorted == "params:desc" and dom.board_rows == [*reversed(by_params), EVIL_MIXER]
     dom, _ = _dom(index + "#sort=params:asc", profile)
     assert dom.sorted == "params:asc" and dom.board_rows == [*by_params, EVIL_MIXER]
     dom, _ = _dom(index + "#sort=model:desc", profile)
-    assert dom.board_rows == sorted([*MIXERS, EVIL_MIXER], key=str.lower, reverse=True)
+    assert dom.board_rows == sorted([*MIXERS, EVIL_MIXER, "none"], key=str.lower, reverse=True)
 
     robustness = next((site / "suites").glob("robustness-*.html"))
     dom, text = _dom(robustness.as_uri(), profile)

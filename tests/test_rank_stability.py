@@ -69,13 +69,14 @@ def test_a_swap_between_half_and_the_largest_budget_is_named_and_its_column_mark
     assert board.unsettled == {COLUMN}
 
     full = render(board, "md", "full")
-    assert f"{COLUMN}{STABILITY_MARK} ↓" in full.splitlines()[0]
+    assert f"{COLUMN}{STABILITY_MARK} ↓" in next(line for line in full.splitlines() if line.startswith("|"))
     assert (f"- {STABILITY_MARK} {COLUMN}: its ordering at 328k tokens did not hold at 164k: attention moved from 3rd "
             "to 2nd between 164k and 328k tokens; deltanet moved from 2nd to 3rd between 164k and 328k tokens "
             "(swapped: attention over deltanet; 164k: mamba > deltanet > attention; 328k: protot > mamba > attention "
             "> deltanet; protot has no 164k model).") in _unwrapped(full)
     compact = render(board, "md")
-    assert f"|perplex.{STABILITY_MARK}|" in compact.splitlines()[0].replace(" ", "")
+    header = next(line for line in compact.splitlines() if line.startswith("|"))
+    assert f"|perplex.{STABILITY_MARK}|" in header.replace(" ", "")
     doc = json.loads(render(board, "json", "full"))
     (record,) = doc["rank_stability"]
     assert record["status"] == "changed" and record["swaps"] == [{"ahead": "attention", "behind": "deltanet"}]
@@ -122,8 +123,8 @@ def test_a_single_budget_board_is_unchanged(tmp_path):
     for fmt in ("md", "json"):
         texts = [render(b, fmt, "full") for b in boards]
         assert "rank stability" not in texts[0] and "rank_stability" not in texts[0]
-        if fmt == "md":
-            assert texts[0] == texts[1]
+        if fmt == "md":  # from the table on: the first lines state the training budget only where it is known
+            assert texts[0][texts[0].index("\n|"):] == texts[1][texts[1].index("\n|"):]
 
 
 def test_ties_at_both_budgets_are_no_swap_but_a_tie_at_one_budget_is(tmp_path):

@@ -113,11 +113,7 @@ class MixerLM(nn.Module):
             for lin in (block.ffn.gate, block.ffn.up):
                 nn.init.normal_(lin.weight, 0.0, std)
             nn.init.normal_(block.ffn.down.weight, 0.0, out_std)
-            out = block.mixer.output_projection()
-            if out is not None:
-                nn.init.normal_(out.weight, 0.0, out_std)
-                if out.bias is not None:
-                    nn.init.zeros_(out.bias)
+            init_output_projection(block.mixer, std)
 
     @property
     def output_init(self) -> str:
@@ -256,6 +252,17 @@ def sample_next(
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def init_output_projection(mixer: Mixer, init_std: float = 0.02) -> None:
+    """The one rule for a mixer's output projection (docs/protocol.md): N(0, init_std / sqrt(2L)), zero bias. The
+    backbone applies it to every layer; code that builds a mixer alone (a kernel parity check) calls it to get the
+    layer a model would hold."""
+    out = mixer.output_projection()
+    if out is not None:
+        nn.init.normal_(out.weight, 0.0, init_std / math.sqrt(2 * mixer.n_layers))
+        if out.bias is not None:
+            nn.init.zeros_(out.bias)
 
 
 def build_model(spec: ModelSpec, seed: int | None = None) -> MixerLM:

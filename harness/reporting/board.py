@@ -322,7 +322,7 @@ def _unequal_units(table: Table, column: Column, present: dict[str, Cell]) -> st
     """A statistic over units (a maximum grows with their number) compared at different numbers of units."""
     counts = {c.units for c in present.values()} | {n.units for k in present
                                                     if (n := table.null_cell(k, column)) is not None}
-    if len(counts) > 1 or (None in counts and any(c is not None for c in counts)):
+    if len(counts) > 1:
         shown = ", ".join(sorted(str(c) for c in counts))
         return (f"computed over unequal numbers of units ({shown}): a statistic over units grows with their number, "
                 "so it is compared only at equal numbers (docs/protocol.md)")

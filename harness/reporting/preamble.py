@@ -44,8 +44,8 @@ def preamble(board: "Board") -> list[str]:
             parts.append(f"{'/'.join(si(b) for b in budgets)} training tokens per model")
             if params:
                 ratios = [b / p for b in budgets for p in params]
-                low, high = min(ratios), max(ratios)
-                parts.append(f"{low:.2g}{'' if f'{low:.2g}' == f'{high:.2g}' else f'-{high:.2g}'} tokens per parameter")
+                low, high = _ratio(min(ratios)), _ratio(max(ratios))
+                parts.append(f"{low}{'' if low == high else f'-{high}'} tokens per parameter")
         if params:
             parts.append(f"{si(min(params))}-{si(max(params))} parameters" if min(params) != max(params)
                          else f"{si(params[0])} parameters")
@@ -61,6 +61,11 @@ def preamble(board: "Board") -> list[str]:
         lines.append(_backbone_text(rows))
     lines += context_lines(board.context)
     return lines
+
+
+def _ratio(x: float) -> str:
+    """Two significant digits below 10 (0.39), whole numbers above (330)."""
+    return f"{x:.2g}" if x < 10 else f"{x:,.0f}"
 
 
 def _seed_text(board: "Board", preset: str, seeds: list[int]) -> str:

@@ -205,7 +205,7 @@ class _Trainer:
 
     def loss(self, spec: RunSpec, split: str = OBJECTIVE_SPLIT) -> tuple[float, float, float, float]:
         """``(NLL per token, interval low, high, seconds)`` on every window of ``split``: token-weighted over
-        documents, the interval a percentile bootstrap over documents."""
+        documents, the interval a percentile bootstrap over documents; the seconds of training and scoring."""
         from harness.model.checkpoint import load_model
         from harness.model.gate import require_gate
         from harness.model.specs import bind_vocab
@@ -214,7 +214,6 @@ class _Trainer:
         from harness.running.training import train
         from harness.store.identity import model_identity
 
-        t0 = time.perf_counter()
         corpus = corpus_for(spec.data, self.req.progress)
         spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
         if spec.model.mixer not in self.gated:
@@ -223,6 +222,7 @@ class _Trainer:
         folder = checkpoint_root(self.store) / model_identity(spec, corpus.fingerprint).id
         result = train(spec, folder, corpus, device=self.req.device, progress=self.req.progress)
         self.trainings += 0 if result.skipped else 1
+        t0 = time.perf_counter()
         model, _ = load_model(folder, self.req.device)
         docs = corpus.encode_split(split)
         windows = corpus.eval_windows(split, model.config.context)
@@ -232,7 +232,9 @@ class _Trainer:
                               lambda a, b, axis=-1: np.sum(a, axis=axis) / np.sum(b, axis=axis),
                               n_resamples=1000, seed=0)
         low, high = (res.interval.low, res.interval.high) if res.interval is not None else (res.point, res.point)
-        return res.point, low, high, time.perf_counter() - t0
+        # the cost of the point: its training (recorded with the checkpoint when it was found, not trained) and
+        # its scoring
+        return res.point, low, high, result.seconds + time.perf_counter() - t0
 
 
 def _tune_mixer(req: TuneRequest, mixer: str, trainer: _Trainer) -> RecipeEntry:
@@ -251,9 +253,9 @@ def _tune_mixer(req: TuneRequest, mixer: str, trainer: _Trainer) -> RecipeEntry:
                 continue
             loss, low, high, seconds = trainer.loss(_spec(req, mixer, values, 0))
             points[key] = GridPoint(values, loss, low, high, round(seconds, 1))
-            if req.progress:
-                print(f"[tune] {mixer} {key}: validation NLL {loss:.4f} [{low:.4f}, {high:.4f}] ({seconds:.0f} s)",
-                      file=sys.stderr, flush=True)
+            # one line per point whatever --no-progress says: these are results, not a progress bar
+            print(f"[tune] {mixer} {key}: validation NLL {loss:.4f} [{low:.4f}, {high:.4f}] ({seconds:.0f} s)",
+                  file=sys.stderr, flush=True)
         best = min(points.values(), key=lambda p: p.val_nll)
         beyond = extension(grid, best.values)
         if beyond is None or extended >= req.extend:
@@ -281,9 +283,8 @@ def _seed_spread(req: TuneRequest, entries: list[RecipeEntry], trainer: _Trainer
         sum_sq, df = 0.0, 0
         for e in entries:
             losses = [trainer.loss(_spec(req, e.mixer, e.values, seed), split)[0] for seed in seeds]
-            if req.progress:
-                print(f"[tune] {e.mixer} seeds {list(seeds)} on {split}: "
-                      + ", ".join(f"{x:.4f}" for x in losses), file=sys.stderr, flush=True)
+            print(f"[tune] {e.mixer} seeds {list(seeds)} on {split}: " + ", ".join(f"{x:.4f}" for x in losses),
+                  file=sys.stderr, flush=True)
             sd = float(np.std(losses, ddof=1))
             per_mixer[f"{e.mixer}/{split}"] = round(sd, 6)
             sum_sq += sd**2 * (len(losses) - 1)

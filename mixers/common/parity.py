@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.mixer import Mixer
+from harness.model.backbone import init_output_projection
 from harness.registry import MIXERS
 
 MODES = ("fp32", "bf16", "decode")
@@ -55,6 +56,7 @@ def compare(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         reference: Mixer = entry.cls(entry.make_config({}), d_model, 1, 2)
+        init_output_projection(reference)  # as the backbone would: the layer a model holds
     reference.set_kernel(reference.reference_kernel)
     device = torch.device(device)
     fast = copy.deepcopy(reference).to(device)

@@ -34,7 +34,8 @@ Decisions where the contract (one layer, independent of the others) or the backb
   GroupNorm weight ``((l + 1) / L)^0.7``, orthogonal ``r``/``v`` (gain 1) and ``k`` (gain 0.1) projections,
   orthogonal second LoRA matrices (gain 0.1, times sqrt(rank / width) when the rank is the larger). One deviation:
   the recipe's exact zeros, ``o_proj`` and the first matrix of each LoRA, are drawn from fla's generic N(0, 0.02)
-  instead (``o_proj`` then by the backbone's one rule for every mixer, docs/protocol.md). With the zeros only ``o_proj`` gets a gradient at the first step (and with ``o_proj`` drawn, the w and
+  instead (``o_proj`` then by the backbone's one rule for every mixer, docs/protocol.md). With the zeros only
+  ``o_proj`` gets a gradient at the first step (and with ``o_proj`` drawn, the w and
   a LoRAs' second matrices and the w, a, g token-shift mixes still get none), which the conformance gate rejects:
   every parameter must get a gradient from the start.
 * **Sizes.** ``head_dim`` 0 is RWKV-7's 64 (or d_model when narrower: one head): 1 head at preset tiny, 2 at
