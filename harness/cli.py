@@ -207,6 +207,9 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
                    help="backbone overrides, e.g. residual_gates=all (docs/protocol.md)")
     p.add_argument("--match", default=None, choices=("params", "none"), help="as for run (default: the preset's)")
+    p.add_argument("--split", default="validation",
+                   help="the held-out split the objective reads: validation (default) or validation_ood; a test split "
+                        "is refused (docs/protocol.md)")
     p.add_argument("--device", default=None)
     p.add_argument("--no-progress", action="store_true")
     _gate_args(p)
@@ -739,6 +742,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         data_overrides={k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size}.items()
                         if v is not None},
         match=args.match, device=_device(args.device), progress=not args.no_progress, skip_gate=args.skip_gate,
+        split=args.split,
     )
     points = 1
     for values in req.grid.values():

@@ -90,6 +90,14 @@ def test_tune_reads_no_test_split_and_writes_a_recipe_that_names_the_model(tmp_p
     assert model_identity(tuned, "d").id != model_identity(untuned, "d").id or untuned.train.lr == tuned.train.lr
 
 
+def test_tune_asked_for_a_test_split_refuses_in_one_sentence_before_training(tmp_path, capsys):
+    code = main(["tune", "--preset", "tiny", "--mixers", "none", "--no-controls", "--split", "test",
+                 "--results", str(tmp_path / "results"), "--out", str(tmp_path / "r"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "reads training and validation data only" in err[-1] and "'test'" in err[-1]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "r").exists()
+
+
 def test_a_recipe_file_round_trips_and_changes_the_models_identity(tmp_path, monkeypatch):
     book = RecipeBook("tiny", objective="validation NLL", seed_spread=SeedSpread("nats/token", 0.02, 0.03, 12,
                                                                                 (0, 1, 2), ("validation",)))
@@ -214,7 +222,10 @@ def test_two_trainings_of_one_architecture_are_never_told_apart_at_one_seed(tmp_
     assert board.rank[rows["attention"].key] == 1 and board.rank[rows["copy-of-none"].key] == 2
     assert board.points[rows["copy-of-none"].key] == 0.0
     # without the measured spread the documents alone would call the copy better than none
+    from harness.model import recipes
+
     monkeypatch.setenv("MIXBENCH_RECIPES", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(recipes, "SHIPPED", tmp_path / "nowhere")
     blind = board_of(store)
     assert not blind.not_above(rows["copy-of-none"], column)
 
@@ -324,14 +335,18 @@ def main_text(store: ResultsStore) -> str:
     return leaderboard_text(str(store.root))
 
 
-def test_a_mixer_that_uses_no_far_context_is_not_said_to(tmp_path):
+def test_a_mixer_that_uses_no_far_context_is_not_said_to(tmp_path, monkeypatch):
     """Position buckets: a mixer whose gain over the context-free control grows far back is said to use context
-    beyond the first buckets; a copy of the control with a constant gain everywhere is not."""
+    beyond the first buckets; a copy of the control with a constant gain everywhere is not (seed spread 0.02)."""
     from harness.stats import Interval
     from harness.suite import ItemValues, Metric
 
+    book = RecipeBook("tiny", seed_spread=SeedSpread("nats/token", 0.01, 0.02, 24, (0, 1, 2), ("validation",)))
+    book.write(tmp_path / "recipes" / "tiny.json")
+    monkeypatch.setenv("MIXBENCH_RECIPES", str(tmp_path / "recipes"))
+
     rng = np.random.default_rng(3)
-    store = ResultsStore(tmp_path)
+    store = ResultsStore(tmp_path / "store")
     base = {b: rng.normal(5.0, 0.3, 120) for b in ("0-3", "4-63", "64-255")}
     positions = {"0-3": (0, 4), "4-63": (4, 64), "64-255": (64, 256)}
     gains = {"none": (0, 0, 0), "steady": (-0.1, -0.1, -0.1), "reader": (-0.1, -0.2, -0.4)}

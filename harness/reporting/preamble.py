@@ -47,8 +47,8 @@ def preamble(board: "Board") -> list[str]:
                 low, high = _ratio(min(ratios)), _ratio(max(ratios))
                 parts.append(f"{low}{'' if low == high else f'-{high}'} tokens per parameter")
         if params:
-            parts.append(f"{si(min(params))}-{si(max(params))} parameters" if min(params) != max(params)
-                         else f"{si(params[0])} parameters")
+            low, high = si(min(params)), si(max(params))
+            parts.append(f"{low}-{high} parameters" if low != high else f"{low} parameters")
         matched = [r.non_embedding_parameters for r in rows if r.non_embedding_parameters]
         if len(matched) >= 2:
             spread = (max(matched) - min(matched)) / min(matched)

@@ -30,7 +30,7 @@ import numpy as np
 
 from harness import stats
 from harness.config import RunSpec, TrainConfig, to_dict
-from harness.corpus.protocol import selection
+from harness.corpus.protocol import check_read, selection
 from harness.errors import ConfigError, MixbenchError
 from harness.model.recipes import NLL_SCALE, GridPoint, RecipeBook, RecipeEntry, SeedSpread, read_book
 from harness.store.results import ResultsStore
@@ -60,8 +60,14 @@ class TuneRequest:
     device: str = "cpu"
     progress: bool = True
     skip_gate: bool = False
+    #: the held-out split the objective reads (a test split is refused: docs/protocol.md, "Splits")
+    split: str = OBJECTIVE_SPLIT
 
     def __post_init__(self) -> None:
+        from harness.corpus.data import SPLITS
+
+        if self.split not in SPLITS:
+            raise ConfigError(f"tune: split must be one of {', '.join(SPLITS)}, got {self.split!r}.")
         if not self.mixers:
             raise ConfigError("tune: name at least one mixer.")
         if not self.grid or any(not values for values in self.grid.values()):
@@ -141,6 +147,8 @@ def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
     from harness.model.specs import make_run_spec
 
     t_start = time.perf_counter()
+    with selection(f"mixbench tune (preset {req.preset})"):
+        check_read(req.split)  # a test split is refused before anything is trained
     for mixer in req.mixers:  # every value and name is checked before anything is trained
         for point in grid_points(req.grid):
             _spec(req, mixer, point, 0)
@@ -155,7 +163,7 @@ def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
             book.seed_spread = _seed_spread(req, entries, trainer)
     spec = make_run_spec(req.mixers[0], req.preset, req.mixer_configs.get(req.mixers[0]), req.backbone_overrides,
                          req.train_overrides, req.data_overrides, match=req.match, recipes=False)
-    book.objective = (f"NLL per token (nats) on every window of the '{OBJECTIVE_SPLIT}' split at the model's "
+    book.objective = (f"NLL per token (nats) on every window of the '{req.split}' split at the model's "
                       f"context; seed 0; lowest point estimate wins")
     book.setting = {"backbone": {k: v for k, v in to_dict(spec.model.backbone).items()
                                  if k not in ("vocab_size", "ffn_hidden")},
@@ -251,7 +259,7 @@ def _tune_mixer(req: TuneRequest, mixer: str, trainer: _Trainer) -> RecipeEntry:
             key = _values_text(values)
             if key in points:
                 continue
-            loss, low, high, seconds = trainer.loss(_spec(req, mixer, values, 0))
+            loss, low, high, seconds = trainer.loss(_spec(req, mixer, values, 0), req.split)
             points[key] = GridPoint(values, loss, low, high, round(seconds, 1))
             # one line per point whatever --no-progress says: these are results, not a progress bar
             print(f"[tune] {mixer} {key}: validation NLL {loss:.4f} [{low:.4f}, {high:.4f}] ({seconds:.0f} s)",
