@@ -353,17 +353,20 @@ def _why_not(column: Column, present: dict[str, Cell], ran: set[str], n_rows: in
     unreliable = sorted({c.unreliable for c in present.values() if c.unreliable})
     if unreliable:
         return f"unreliable: {unreliable[0]}"
-    if len(present) >= 2 and all(_at_chance(c) for c in present.values()):
-        return "every row is at chance level (the interval of each includes it): the column measures nothing here"
+    if len(present) >= 2 and not any(_above_chance(c, column.higher_is_better) for c in present.values()):
+        return ("no row is better than chance (each row's interval includes its chance level or lies on its wrong "
+                "side: a constant answer does as well): the column measures nothing here")
     return ""
 
 
-def _at_chance(cell: Cell) -> bool:
+def _above_chance(cell: Cell, higher: bool) -> bool:
+    """Whether the cell beats its chance level (a guess, or the best constant answer) beyond its interval; a cell
+    without a chance level counts as above it (nothing says otherwise)."""
     if cell.chance is None:
-        return False
+        return True
     if cell.interval is None or not cell.interval.finite:
-        return cell.value == cell.chance
-    return cell.interval.low <= cell.chance <= cell.interval.high
+        return cell.value > cell.chance if higher else cell.value < cell.chance
+    return cell.interval.low > cell.chance if higher else cell.interval.high < cell.chance
 
 
 def _rankable(table: Table, rows: list[Row], voting: list[ColumnVerdict]) -> tuple[list[Row], dict[str, str]]:

@@ -142,12 +142,40 @@ def _far_minus_near(board: "Board", preset: str, row: Row, control: Row, near: C
 
     res = stats.bootstrap((x, wf, y, wn), statistic, n_resamples=board.config.bootstrap or 200, seed=board.config.seed)
     item_se = res.interval.normal_stderr() if res.interval is not None else 0.0
-    seed_var = 0.0
-    for column in (near, far):
-        noise = board.seed_noise.get((preset, column.name))
-        if noise is not None and noise.scale == "items":
-            seed_var += noise.sd**2 * (1 / max(a_near.n_seeds, 1) + 1 / max(c_near.n_seeds, 1))
+    n_a, n_c = max(a_near.n_seeds, 1), max(c_near.n_seeds, 1)
+    spread = _far_minus_near_spread(board, preset, near, far)
+    if spread is not None:
+        seed_var = spread**2 * (1 / n_a + 1 / n_c)
+    else:  # no row with several seeds: each bucket's own spread, as if the two moved independently (an overestimate)
+        seed_var = 0.0
+        for column in (near, far):
+            noise = board.seed_noise.get((preset, column.name))
+            if noise is not None and noise.scale == "items":
+                seed_var += noise.sd**2 * (1 / n_a + 1 / n_c)
     return _normal_difference(res.point, math.sqrt((item_se or 0.0) ** 2 + seed_var), "items")
+
+
+def _far_minus_near_spread(board: "Board", preset: str, near: Column, far: Column) -> float | None:
+    """The seed standard deviation of a row's far-minus-near NLL, pooled over the preset's rows with several
+    seeds (its one-sided 95% upper bound): a seed that trains a worse model is worse at every position, so the
+    difference of buckets moves far less between seeds than either bucket."""
+    from scipy.stats import chi2
+
+    sum_sq, df = 0.0, 0
+    for row in board.table.rows:
+        if row.preset != preset or row.external:
+            continue
+        a, b = board.table.cell(row, near), board.table.cell(row, far)
+        if a is None or b is None or not a.seed_ids or a.seed_ids != b.seed_ids or len(a.seed_ids) < 2:
+            continue
+        gaps = np.array(b.seed_values) - np.array(a.seed_values)
+        if not np.all(np.isfinite(gaps)):
+            continue
+        sum_sq += float(np.var(gaps, ddof=1)) * (len(gaps) - 1)
+        df += len(gaps) - 1
+    if df == 0:
+        return None
+    return math.sqrt(sum_sq / df) * math.sqrt(df / chi2.ppf(0.05, df))
 
 
 def context_lines(uses: list[ContextUse]) -> list[str]:

@@ -78,6 +78,7 @@ class Cell:
     #: each seed's value on the scale comparisons use: the weighted mean of its items where it has items (NLL per
     #: token for perplexity), else its value; the board's seed spread comes from these (docs/protocol.md, "Seeds")
     seed_values: tuple[float, ...] = ()
+    seed_ids: tuple[Any, ...] = ()  # the seeds behind seed_values, in their order
     items_unit: str = ""
     units: int | None = None  # harness.suite.Metric.units (the same for every seed, else None)
 
@@ -412,10 +413,10 @@ def _suite_columns(rows: list[Row], suite: str, config: str, label: str, all_met
             continue
         column = Column(suite, name, metric.role, metric.higher_is_better, metric.unit, label,
                         _is_headline(name, headline), metric.null, metric.positions)
-        nulls = {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric.get(metric.null, {}).items()
-                 } if metric.null else {}
-        out.append((column, {row: seed_cell(list(by_seed.values())) for row, by_seed in per_metric[name].items()},
-                    nulls))
+        nulls = {row: seed_cell(list(by_seed.values()), tuple(by_seed))
+                 for row, by_seed in per_metric.get(metric.null, {}).items()} if metric.null else {}
+        out.append((column, {row: seed_cell(list(by_seed.values()), tuple(by_seed))
+                             for row, by_seed in per_metric[name].items()}, nulls))
     # the suite's headline order, then the rest as they appear: the first column is the suite's first headline
     # (the compact view's column, the Pareto view's speed), whatever order the suite emits its metrics in
     return sorted(out, key=lambda item: _headline_rank(item[0].metric, headline))
@@ -430,8 +431,8 @@ def _headline_rank(name: str, headline: tuple[str, ...]) -> int:
     return next((i for i, pattern in enumerate(headline) if fnmatch(name, pattern)), len(headline))
 
 
-def seed_cell(metrics: list[Metric]) -> Cell:
-    """One cell from the metric of each seed (see the module docstring)."""
+def seed_cell(metrics: list[Metric], seeds: tuple[Any, ...] = ()) -> Cell:
+    """One cell from the metric of each seed (``seeds``: their ids, in the same order; see the module docstring)."""
     first = metrics[0]
     values = [m.value for m in metrics]
     unreliable = next((m.unreliable for m in metrics if m.unreliable), None)
@@ -441,7 +442,8 @@ def seed_cell(metrics: list[Metric]) -> Cell:
     per_seed = tuple(_items_mean(m) if with_items else m.value for m in metrics)
     unit = _shared([m.items.unit for m in metrics]) if with_items else ""
     units = first.units if all(m.units == first.units for m in metrics) else None
-    extra = dict(seed_values=per_seed, items_unit="" if unit == "mixed" else unit, units=units)
+    extra = dict(seed_values=per_seed, items_unit="" if unit == "mixed" else unit, units=units,
+                 seed_ids=tuple(seeds) if len(seeds) == len(metrics) else ())
     if len(metrics) == 1:
         return Cell(first.value, first.interval, 1, first.higher_is_better, first.unit, items, unreliable,
                     first.chance, first.perfect, n, **extra)

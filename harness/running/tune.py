@@ -143,24 +143,35 @@ def extension(grid: dict[str, tuple[Any, ...]], best: dict[str, Any]) -> dict[st
 
 
 def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
-    """Run the search of ``req`` (see the module docstring) and write the recipe file; returns its report."""
-    from harness.model.specs import make_run_spec
-
+    """Run the search of ``req`` (see the module docstring) and write the recipe file after every mixer, so an
+    interrupted search keeps what it finished (and its checkpoints: a rerun trains only what is missing)."""
     t_start = time.perf_counter()
     with selection(f"mixbench tune (preset {req.preset})"):
         check_read(req.split)  # a test split is refused before anything is trained
     for mixer in req.mixers:  # every value and name is checked before anything is trained
         for point in grid_points(req.grid):
             _spec(req, mixer, point, 0)
-    trainer = _Trainer(req, store)
+    path = _out_path(req)
     book = _existing_book(req)
+    path.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after hours
+    trainer = _Trainer(req, store)
     entries: list[RecipeEntry] = []
     with selection(f"mixbench tune (preset {req.preset})"):
         for mixer in req.mixers:
             entries.append(_tune_mixer(req, mixer, trainer))
             book.add(entries[-1])
+            _write_book(req, book, path)
         if req.seeds > 1:
             book.seed_spread = _seed_spread(req, entries, trainer)
+            _write_book(req, book, path)
+    return TuneReport(book, path, trainer.trainings, time.perf_counter() - t_start)
+
+
+def _write_book(req: TuneRequest, book: RecipeBook, path: Path) -> None:
+    """The recipe file with what the search was: its objective, the setting it ran at, the commit."""
+    from harness.model.specs import make_run_spec
+    from harness.store.provenance import provenance
+
     spec = make_run_spec(req.mixers[0], req.preset, req.mixer_configs.get(req.mixers[0]), req.backbone_overrides,
                          req.train_overrides, req.data_overrides, match=req.match, recipes=False)
     book.objective = (f"NLL per token (nats) on every window of the '{req.split}' split at the model's "
@@ -168,15 +179,11 @@ def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
     book.setting = {"backbone": {k: v for k, v in to_dict(spec.model.backbone).items()
                                  if k not in ("vocab_size", "ffn_hidden")},
                     "train": {k: v for k, v in to_dict(spec.train).items() if k not in ("seed", *req.grid)},
-                    "data": to_dict(spec.data), "match": req.match or "preset", "grid": {k: list(v) for k, v in
-                                                                                        req.grid.items()}}
-    from harness.store.provenance import provenance
-
+                    "data": to_dict(spec.data), "match": req.match or "preset",
+                    "grid": {k: list(v) for k, v in req.grid.items()}}
     book.commit = str(((provenance().get("git") or {}).get("commit")) or "")
     book.written_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    path = _out_path(req)
     book.write(path)
-    return TuneReport(book, path, trainer.trainings, time.perf_counter() - t_start)
 
 
 def _out_path(req: TuneRequest) -> Path:
