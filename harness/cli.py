@@ -204,6 +204,7 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--data", default=None, help="'embedded' (default), a local file/folder, or hub:NAME")
     p.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default: the preset's)")
+    p.add_argument("--max-train-docs", type=int, default=None, help="train on at most this many documents (0 = all)")
     p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
                    help="backbone overrides, e.g. residual_gates=all (docs/protocol.md)")
     p.add_argument("--match", default=None, choices=("params", "none"), help="as for run (default: the preset's)")
@@ -739,8 +740,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         backbone_overrides=parse_assignments(args.backbone),
         train_overrides={k: v for k, v in {"token_budget": args.tokens, "batch_size": args.batch_size}.items()
                          if v is not None},
-        data_overrides={k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size}.items()
-                        if v is not None},
+        data_overrides={k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size,
+                                          "max_train_docs": args.max_train_docs}.items() if v is not None},
         match=args.match, device=_device(args.device), progress=not args.no_progress, skip_gate=args.skip_gate,
         split=args.split,
     )

@@ -73,8 +73,8 @@ def test_tune_reads_no_test_split_and_writes_a_recipe_that_names_the_model(tmp_p
     monkeypatch.setattr(data, "check_read", lambda split: (seen.append(split), real(split))[1])
     monkeypatch.chdir(tmp_path)
     code = main(["tune", "--preset", "tiny", "--mixers", "none", "--no-controls", "--grid", "lr=0.002,0.004",
-                 "--extend", "0", "--seeds", "1", "--tokens", "8192", "--results", str(tmp_path / "results"),
-                 "--no-progress"])
+                 "--extend", "0", "--seeds", "1", "--tokens", "8192", "--max-train-docs", "40",
+                 "--results", str(tmp_path / "results"), "--no-progress"])
     assert code == 0
     assert seen and not any(s.startswith("test") for s in seen)
     book = read_book(tmp_path / "recipes" / "tiny.json")
@@ -84,9 +84,10 @@ def test_tune_reads_no_test_split_and_writes_a_recipe_that_names_the_model(tmp_p
     assert all(p.low <= p.val_nll <= p.high for p in entry.grid)
     assert book.commit and "validation" in book.objective
     assert RecipeBook.from_json(json.loads(json.dumps(book.to_json()))).to_json() == book.to_json()
-    tuned = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192})
+    tuned = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192}, data_overrides={"max_train_docs": 40})
     assert tuned.train.lr == entry.values["lr"]
-    untuned = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192}, recipes=False)
+    untuned = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192}, data_overrides={"max_train_docs": 40},
+                            recipes=False)
     assert model_identity(tuned, "d").id != model_identity(untuned, "d").id or untuned.train.lr == tuned.train.lr
 
 
@@ -230,9 +231,14 @@ def test_two_trainings_of_one_architecture_are_never_told_apart_at_one_seed(tmp_
     assert not blind.not_above(rows["copy-of-none"], column)
 
 
-def test_two_seeds_of_none_under_two_names_share_every_tie_group(tmp_path):
+def test_two_seeds_of_none_under_two_names_share_every_tie_group(tmp_path, monkeypatch):
     """Seeds measured on the board itself: each row with three seeds, the copy's mean a hair better than the
-    control's; no column tells them apart, and the copy is marked not better than the control."""
+    control's; no column tells them apart, and the copy is marked not better than the control. (With a measured
+    spread for the preset the two estimates are pooled.)"""
+    from harness.model import recipes
+
+    monkeypatch.setenv("MIXBENCH_RECIPES", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(recipes, "SHIPPED", tmp_path / "nowhere")
     rng = np.random.default_rng(1)
     base = rng.normal(4.8, 0.3, 200)
     store = ResultsStore(tmp_path)
@@ -250,6 +256,9 @@ def test_two_seeds_of_none_under_two_names_share_every_tie_group(tmp_path):
     d = cell_difference(board.table.cell(rows["none-again"], column), board.table.cell(rows["none"], column),
                         board.config, board.seed_noise[("tiny", column.name)])
     assert d.p_value > 0.05
+    monkeypatch.undo()  # the shipped spread of preset tiny (24 degrees of freedom) joins the board's own
+    pooled = board_of(store).seed_noise[("tiny", column.name)]
+    assert pooled.df == 6 + 24 and "pooled with preset tiny's seed spread" in pooled.source
 
 
 def test_a_column_whose_rows_share_one_tie_group_gives_no_borda_points(tmp_path):

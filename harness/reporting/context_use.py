@@ -178,6 +178,27 @@ def _far_minus_near_spread(board: "Board", preset: str, near: Column, far: Colum
     return math.sqrt(sum_sq / df) * math.sqrt(df / chi2.ppf(0.05, df))
 
 
+def detail_lines(uses: list[ContextUse]) -> list[str]:
+    """Per mixer row, its NLL per token against each control in each position bucket with the 95% interval (the
+    full views' record of what the first lines summarise)."""
+    lines = []
+    for u in uses:
+        parts = []
+        controls = sorted({label for per in u.versus for label in per})
+        for label in controls:
+            cells = []
+            for (lo, hi), per in zip(u.buckets, u.versus):
+                d = per.get(label)
+                if d is None or d.interval is None:
+                    continue
+                cells.append(f"{lo}-{hi - 1} {d.difference:+.3f} [{d.interval.low:+.3f}, {d.interval.high:+.3f}]")
+            if cells:
+                parts.append(f"vs {label}: " + ", ".join(cells))
+        if parts:
+            lines.append(f"context use of {u.label} (NLL per token by target position, {u.group}): " + "; ".join(parts))
+    return lines
+
+
 def context_lines(uses: list[ContextUse]) -> list[str]:
     """The board's first lines on context use: per preset, whether any mixer gains more far back than near."""
     lines = []

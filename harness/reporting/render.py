@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from harness.reporting.board import Board
+from harness.reporting.context_use import detail_lines
 from harness.reporting.preamble import UNTUNED_MARK, preamble
 from harness.errors import MixbenchError
 from harness.store.results import json_safe
@@ -445,6 +446,8 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
         if row.key in board.unranked:
             lines.append(f"{row.label} / {row.preset} is not ranked: it {board.unranked[row.key]}")
     lines += stability_lines(board, columns)
+    if any(c.positions is not None for c in columns):  # a view that shows the position columns: their record
+        lines += detail_lines(board.context)
     lines += board.table.notes
     return lines
 
