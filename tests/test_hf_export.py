@@ -112,6 +112,11 @@ def test_export_cli_writes_card_tokenizer_and_code_guard(attention_checkpoint, t
     assert f"| perplexity | ppl | {ppl.value:.4g} | [{ppl.interval.low:.4g}, {ppl.interval.high:.4g}] bootstrap 95%" \
         in card
     assert "passed (v" in card and config["mixbench_export"]["model_identity"] in card
+    # the protocol the board's first lines state: the backbone rule, the matched width, the recipe's status (the
+    # checkpoint trains at 32k tokens with the tiny recipe's learning rate)
+    protocol = card.split("## Training protocol")[1].split("##")[0]
+    assert "no residual gates" in protocol and "output projection initialised by the backbone" in protocol
+    assert "matched to attention's" in protocol and ": tuned (" in protocol
     text = "Call me Ishmael. Some years ago <|endoftext|> never mind how long"
     ours = Tokenizer.from_file(next(attention_checkpoint.glob("step-*")) / "tokenizer.json")
     theirs = AutoTokenizer.from_pretrained(out)

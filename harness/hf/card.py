@@ -71,7 +71,7 @@ def protocol_lines(ckpt: Checkpoint, parameters: int) -> list[str]:
             want, _ = preset_defaults(spec.preset, spec.model.mixer, spec.model.mixer_config,
                                       dataclasses.replace(backbone, ffn_hidden=0))
             matched = (f"MLP width {backbone.ffn_dim}: matched to {PRESETS[spec.preset].match_reference}'s "
-                       "non-embedding parameters (within 5%)" if want.ffn_hidden == backbone.ffn_hidden
+                       "non-embedding parameters (within 5%)" if want.ffn_dim == backbone.ffn_dim
                        else f"MLP width {backbone.ffn_dim}: not the matched width ({want.ffn_dim})")
         except Exception:  # noqa: BLE001 - a mixer that cannot be matched at this backbone keeps its own width
             matched = f"MLP width {backbone.ffn_dim}"

@@ -244,7 +244,10 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         config_diff=diff,
         preset=spec.preset,
         backbone=backbone,
-        backbone_diff={k: v for k, v in diff_from(backbone, preset_backbone).items() if k != "vocab_size"},
+        # widths compared as the MLP width they give (0 = the default width), so a matched or default width is no
+        # difference and an unmatched one reads ffn_hidden=336
+        backbone_diff={k: v for k, v in diff_from({**backbone, "ffn_hidden": spec.model.backbone.ffn_dim},
+                                                  preset_backbone).items() if k != "vocab_size"},
         train_diff={k: v for k, v in diff_from(train, preset_train).items() if k != "seed"},
         data_diff=diff_from(to_dict(spec.data), preset_data),
         seed=spec.train.seed,
@@ -282,12 +285,14 @@ def _preset_defaults(spec: RunSpec) -> tuple[dict[str, Any], dict[str, Any], dic
     if spec.preset not in PRESETS:
         return {}, {}, {}
     p = PRESETS[spec.preset]
-    backbone = to_dict(BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
+    default = BackboneConfig(vocab_size=p.vocab_size, **p.backbone)
+    backbone = {**to_dict(default), "ffn_hidden": default.ffn_dim}
     try:
         matched, train = preset_defaults(spec.preset, spec.model.mixer, spec.model.mixer_config,
                                          dataclasses.replace(spec.model.backbone, ffn_hidden=0))
-        backbone["ffn_hidden"] = matched.ffn_hidden
+        backbone["ffn_hidden"] = matched.ffn_dim
     except MixbenchError:  # a mixer that cannot be matched at this backbone: its width is its own
+        backbone["ffn_hidden"] = spec.model.backbone.ffn_dim
         train = dict(p.train)
     return backbone, to_dict(TrainConfig(**train)), to_dict(DataConfig(vocab_size=p.vocab_size))
 
