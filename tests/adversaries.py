@@ -11,7 +11,11 @@ wrong, so the gate must find exactly that thing:
 * ``_adv_train_leak``      sees token t+1 only in training mode (the gate's no-grad checks run in eval mode)
 * ``_adv_wrong_width``     returns d_model + 1 channels
 * ``_adv_bare_tensor``     forward returns a bare tensor instead of (y, state)
+* ``_adv_faint_leak``      sees token t+1 with a weight of 1e-5: too faint for a check across lengths, not for a
+                           changed suffix
 * ``_adv_honest``          nothing wrong: must pass every check
+* ``_adv_order_noise``     honest, with a length-dependent rounding of ~1e-6 (what a chunked kernel's padding
+                           gives): must pass every check
 """
 
 from __future__ import annotations
@@ -143,7 +147,22 @@ class BareTensor(DecayedRecurrence):
         return y
 
 
-#: adversary -> the check that must catch it
+@register_mixer("_adv_faint_leak", config=DecayConfig)
+class FaintLeak(DecayedRecurrence):
+    def forward(self, x, state=None):
+        y, s = super().forward(x, state)
+        return y + 1e-5 * _next_token(x), s
+
+
+@register_mixer("_adv_order_noise", config=DecayConfig)
+class OrderNoise(DecayedRecurrence):
+    """Causal, but its outputs move by a few 1e-6 with the sequence length, as fp32 sums in another order do."""
+
+    def forward(self, x, state=None):
+        y, s = super().forward(x, state)
+        return y * (1 + 2e-6 * (x.shape[1] % 5 - 2)), s
+
+
 @register_mixer("_adv_inplace_state", config=DecayConfig)
 class InPlaceState(DecayedRecurrence):
     """Updates the state it is given in place (and returns it): every output is right, so only a check that the
@@ -178,7 +197,9 @@ class InPlaceSometimes(DecayedRecurrence):
         return y, h
 
 
+#: adversary -> the check that must catch it
 EXPECTED = {
+    "_adv_faint_leak": "causality",
     "_adv_inplace_sometimes": "decode",
     "_adv_inplace_state": "decode",
     "_adv_nan_step": "decode",
