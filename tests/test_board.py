@@ -200,6 +200,34 @@ def test_unreliable_and_chance_level_columns_do_not_vote(tmp_path):
     assert "1100.0 [1070, 1130]†" in md.replace(".0 [", " [").replace("1100 [", "1100.0 [") or "†" in md
 
 
+@pytest.mark.parametrize("lead", [0.05, 0.12])
+def test_a_column_whose_cells_are_all_marked_does_not_vote(tmp_path, lead):
+    """Best mixer ``a`` leads ``none`` by 0.05 at z = 2.37 (p = 0.018): under Holm over the two controls it beats
+    both (0.018 < 0.05 at the second step), under Holm over the four mixers it does not (0.018 > 0.05/4), so
+    every cell is marked ‡; a column listed as voting would give no points. With a lead of 0.12 it votes."""
+    store = ResultsStore(tmp_path)
+    half = 0.05 / 2.37 / math.sqrt(2) * 1.959964  # two equal standard errors whose difference has z = 2.37
+    values = {"a": 0.67 + lead, "b": 0.66, "c": 0.65, "d": 0.64}
+    for mixer, value in values.items():
+        put(store, manifest("cls", subject(mixer, "planted")), [score("acc", value, True, half)])
+        put(store, manifest("perplexity", subject(mixer, "planted")),
+            [score("ppl", 10.0 if mixer == "a" else 11.0, False, 0.1)])
+    for name, value in (("none", 0.67), ("mean", 0.55)):
+        put(store, manifest("cls", control(name, "planted")), [score("acc", value, True, half)])
+        put(store, manifest("perplexity", control(name, "planted")), [score("ppl", 12.0, False, 0.1)])
+    board = board_of(store)
+    rows = _rows(board)
+    column = board.table.column("cls/acc")
+    p_none = next(c.difference.p_value for c in board.vs_controls[(rows["a"].key, "cls/acc")] if c.label == "none")
+    assert (0.0125 < p_none < 0.025) if lead < 0.1 else p_none < 0.001
+    votes = board.verdicts["cls/acc"].votes
+    if lead < 0.1:
+        assert all(board.not_above(rows[m], column) for m in values)
+        assert not votes and board.verdicts["cls/acc"].reason.startswith("every mixer cell is ‡")
+    else:
+        assert votes and not board.not_above(rows["a"], column)
+
+
 def test_stale_code_rows_are_hidden_by_default(tmp_path):
     store = ResultsStore(tmp_path)
     put(store, manifest("perplexity", subject("protot", code="old"), code="old"), [score("ppl", 100.0, False, 1.0)])

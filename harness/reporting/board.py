@@ -22,7 +22,8 @@ A comparison board is only worth its weakest number, so:
   of a preset is not better than every control there (paired test, Holm over the controls): it says which control
   and with what numbers. Every mixer cell of a score column is compared with every control of its preset (paired
   difference with its interval, :class:`ControlComparison`); a cell not better than the reference control (the
-  context-free ones, else every control; Holm over the column's mixers) is marked.
+  context-free ones, else every control; Holm over the column's mixers) is marked; a column whose mixer cells
+  are all marked does not vote either (the two families differ, so the best mixer can pass one and not the other).
 * **Seeds** (docs/protocol.md, "Seeds"). Two trainings of one architecture differ by more than their items'
   noise, so every comparison adds the training-seed variance of the column (:class:`SeedNoise`): pooled from the
   rows of the preset with two or more seeds, else the preset's measured seed spread (its recipe file, for columns
@@ -241,8 +242,11 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
         for verdict in preset_verdicts.values():
             if verdict.votes and verdict.column.null_metric:
                 _null_veto(table, rows, verdict, diffs, config)
-        _reweigh(preset_verdicts)
         bottom = not_above | below_null
+        for verdict in preset_verdicts.values():
+            if verdict.votes:
+                _marked_veto(table, rows, verdict, bottom, config)
+        _reweigh(preset_verdicts)
         for name, verdict in preset_verdicts.items():  # a column votes on the board if it votes in any preset
             merged = verdicts.setdefault(name, ColumnVerdict(verdict.column, False, verdict.reason))
             if verdict.votes:
@@ -420,6 +424,25 @@ def _control_veto(table: Table, rows: list[Row], controls: list[Row], verdict: C
         f"no mixer beats the {kind} {control_row.label}: {_cell_text(ctrl[order[j]])} against the best mixer, "
         f"{mixer_row.label}, {_cell_text(mixers[best])} (difference {_num(d.difference)}{iv} on the {d.scale}' "
         f"scale, not significant at alpha {config.alpha:g} with Holm's correction, or in the control's favour)"
+    )
+
+
+def _marked_veto(table: Table, rows: list[Row], verdict: ColumnVerdict, marked: set[tuple[str, str]],
+                 config: BoardConfig) -> None:
+    """Stop a column from voting when every mixer cell in it is marked ‡ (not better than its null or the
+    reference control, Holm over the column's mixers): the best mixer can pass the veto against each control
+    (Holm over the controls) while no cell passes the column's own family, and a column of ‡ cells would list
+    as voting yet give no Borda points."""
+    column = verdict.column
+    mixers = _finite_cells(table, rows, column)
+    if not mixers or any((k, column.name) not in marked for k in mixers):
+        return
+    best = _better_first(mixers, column.higher_is_better)[0]
+    label = next(r.label for r in rows if r.key == best)
+    verdict.votes = False
+    verdict.reason = (
+        f"every mixer cell is ‡: none is better than its null once the column's {len(mixers)} mixers are "
+        f"corrected for (Holm, alpha {config.alpha:g}); the best, {label}, {_cell_text(mixers[best])}"
     )
 
 
