@@ -84,10 +84,10 @@ def test_tune_reads_no_test_split_and_writes_a_recipe_that_names_the_model(tmp_p
     assert all(p.low <= p.val_nll <= p.high for p in entry.grid)
     assert book.commit and "validation" in book.objective
     assert RecipeBook.from_json(json.loads(json.dumps(book.to_json()))).to_json() == book.to_json()
-    tuned = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192}, data_overrides={"max_train_docs": 40})
+    small = {"train_overrides": {"token_budget": 8192}, "data_overrides": {"max_train_docs": 40}}
+    tuned = make_run_spec("none", "tiny", **small)
     assert tuned.train.lr == entry.values["lr"]
-    untuned = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192}, data_overrides={"max_train_docs": 40},
-                            recipes=False)
+    untuned = make_run_spec("none", "tiny", **small, recipes=False)
     assert model_identity(tuned, "d").id != model_identity(untuned, "d").id or untuned.train.lr == tuned.train.lr
 
 

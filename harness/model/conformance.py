@@ -519,7 +519,8 @@ def _causality(s: _Setup) -> CheckResult:
                     raise Mismatch(f"in training mode the gradient of position {t0 - 1} reaches position {pos}",
                                    error, Location(layer, length=length, batch=s.batch, position=pos))
     s.model.eval()
-    return _verdict("causality", suffix, limit, "no output depends on a later token (prefixes, suffix changes, gradients)")
+    return _verdict("causality", suffix, limit,
+                    "no output depends on a later token (prefixes, suffix changes, gradients)")
 
 
 def _context_free(s: _Setup) -> CheckResult:
