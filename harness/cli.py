@@ -112,8 +112,9 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
 
     p = sub.add_parser("export", parents=[_common()], help="write a checkpoint as a transformers model folder")
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint folder (written by `mixbench train`)")
-    p.add_argument("--out", required=True, help="the model folder to write (replaced as a whole with --force)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--out", required=True, help="the model folder to write: new, empty, or an earlier export")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier export at --out (never a folder mixbench did not write)")
     p.add_argument("--no-card-results", action="store_true",
                    help="do not read --results for the model card's board row")
     p.add_argument("--push-to-hub", default=None, metavar="REPO",
@@ -542,8 +543,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from harness.hf.export import export_checkpoint, push_to_hub
     from harness.store.results import ResultsStore
 
-    results = None if args.no_card_results else ResultsStore(args.results)
-    done = export_checkpoint(args.checkpoint, args.out, results=results, force=args.force)
+    from harness.store.output_folder import Keep
+
+    store = ResultsStore(args.results)
+    keep = [Keep(store.local_path, f"the results store {args.results}")] if store.local_path else []
+    results = None if args.no_card_results else store
+    done = export_checkpoint(args.checkpoint, args.out, results=results, force=args.force, keep=keep)
     card = f"{done.runs_in_card} run(s) of {args.results} in its model card" if results else "no results in its card"
     print(f"exported {args.checkpoint} to {done.folder} ({done.parameters:,} parameters; {card}): "
           f"{', '.join(done.files)}")

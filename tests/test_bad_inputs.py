@@ -281,7 +281,7 @@ ROWS = [
      "no longer hashes to the training id saved with it"),
     ("publish over the store", lambda w: ["publish", "--results", w.path("site-with-store/data"), "--out",
                                           w.path("site-with-store")], 2,
-     "is inside --out"),
+     "is or contains the results store"),
     # ---- item 5: memory is checked before long work
     ("context past memory", lambda w: ev(w, "context=10000000", "batch_size=64"), 2,
      ("perplexity: scoring 64 windows of up to 10,000,000 tokens at a time needs about", " GiB at its peak (",

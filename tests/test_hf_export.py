@@ -122,8 +122,8 @@ def test_export_cli_writes_card_tokenizer_and_code_guard(attention_checkpoint, t
     theirs = AutoTokenizer.from_pretrained(out)
     assert theirs("Call me Ishmael. Some years ago")["input_ids"] == ours.encode("Call me Ishmael. Some years ago")
     assert theirs.decode(ours.encode(text)) == text and theirs.eos_token_id == ours.eos_id
-    # an existing folder is not replaced without --force
-    with pytest.raises(MixbenchError, match="not empty"):
+    # an earlier export is not replaced without --force
+    with pytest.raises(MixbenchError, match="holds a model folder mixbench wrote earlier; pass --force"):
         export_checkpoint(attention_checkpoint, out)
     # code that would compute other numbers from the same weights is refused, or loaded with a warning
     config["mixbench_code"]["mixer_code"] = "0" * 16

@@ -314,7 +314,7 @@ def test_publish_replaces_its_own_site_and_refuses_other_folders(store, tmp_path
     foreign = tmp_path / "docs"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
-    with pytest.raises(MixbenchError, match="not a mixbench site"):
+    with pytest.raises(MixbenchError, match="was not written by mixbench"):
         publish_site(store, foreign)
     assert (foreign / "keep.txt").read_text() == "mine"
 
@@ -340,7 +340,7 @@ def test_cli_publish(store, tmp_path, capsys):
     assert (out / "index.html").is_file()
     (tmp_path / "file").write_text("x")
     assert main(["publish", "--results", store.root, "--out", str(tmp_path / "file")]) == 2
-    assert "file is a file; pass an empty or new folder" in capsys.readouterr().err
+    assert "file is a file; writing the site would replace it" in capsys.readouterr().err
     assert main(["publish", "--results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "no results store at" in capsys.readouterr().err
 

@@ -4,14 +4,13 @@ The folder holds ``config.json`` (a :class:`harness.hf.modeling_mixbench.Mixbenc
 ``modeling_mixbench.py`` (that module's source with a header), ``model.safetensors`` (the checkpoint's weights
 under ``model.``), the tokenizer (``tokenizer.json``, ``tokenizer_config.json``), ``generation_config.json`` and
 ``README.md``, a model card carrying the model's board row from a results store. It is written into a hidden
-sibling folder and renamed into place, so an interrupted export leaves no half folder behind.
+sibling folder and renamed into place, so an interrupted export leaves no half folder behind (the next one removes
+what it left), with a marker file (``.mixbench-export``) that lets a later ``--force`` replace it and nothing else.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from harness.errors import MixbenchError
 from harness.hf import modeling_mixbench
 from harness.hf.card import model_card
 from harness.model.checkpoint import Checkpoint, load_model
-from harness.store.storage import swap_folder
+from harness.store.output_folder import Keep, OutputKind, check_output_folder, replacing
 
 MODELING_FILE = "modeling_mixbench.py"
 AUTO_MAP = {
@@ -41,20 +40,24 @@ class ExportResult:
     runs_in_card: int
 
 
+#: the marker file in every folder ``mixbench export`` writes: only such a folder is replaced, and only with --force
+EXPORT_MARKER = ".mixbench-export"
+MODEL_FOLDER = OutputKind("model folder", EXPORT_MARKER, own_needs_force=True)
+
+
 def export_checkpoint(checkpoint: Path | str, out: Path | str, *, results: Any = None, force: bool = False,
-                      progress: bool = False) -> ExportResult:
+                      keep: list[Keep] | None = None, progress: bool = False) -> ExportResult:
     """Write the ``transformers`` folder of ``checkpoint`` at ``out``; ``results`` (a ResultsStore or None) gives
-    the model card its board row. An existing non-empty ``out`` is replaced only with ``force``."""
+    the model card its board row. ``out`` passes the shared guard (harness/store/output_folder.py): a folder an
+    earlier export wrote is replaced with ``force``, nothing else ever is; ``keep`` adds what else it must not
+    touch (the CLI's results store also when the card does not read it)."""
     out = Path(out).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise MixbenchError(f"{out} exists and is not empty; pick another --out or pass --force to replace it.")
+    keep = _kept(Path(checkpoint).expanduser(), results) + list(keep or [])
+    check_output_folder(out, MODEL_FOLDER, keep, force)
     model, ckpt = load_model(checkpoint, "cpu")
     if not ckpt.tokenizer_path.is_file():
         raise MixbenchError(f"checkpoint {ckpt.path} has no tokenizer.json; it cannot be exported with its tokenizer.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with replacing(out, MODEL_FOLDER, recheck=lambda: check_output_folder(out, MODEL_FOLDER, keep, force)) as tmp:
         config = _config(ckpt, model)
         config.save_pretrained(tmp)
         weights = {f"{modeling_mixbench.MixbenchForCausalLM.base_model_prefix}.{k}": v.detach().contiguous().cpu()
@@ -66,12 +69,20 @@ def export_checkpoint(checkpoint: Path | str, out: Path | str, *, results: Any =
         runs = _model_runs(results, ckpt) if results is not None else []
         (tmp / "README.md").write_text(model_card(ckpt, config.to_dict(), model.num_parameters(), runs),
                                        encoding="utf-8")
-        swap_folder(tmp, out, out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}", replace=out.exists())
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    files = tuple(sorted(p.name for p in out.iterdir()))
+    files = tuple(sorted(p.name for p in out.iterdir() if p.name != EXPORT_MARKER))
     return ExportResult(out, files, model.num_parameters(), len(runs))
+
+
+def _kept(checkpoint: Path, results: Any) -> list[Keep]:
+    """What an export must not delete: the checkpoint (and the training folder of a snapshot inside one) and the
+    results store its card reads."""
+    keep = [Keep(checkpoint, "the checkpoint being exported")]
+    if (checkpoint.parent / "LATEST").is_file():
+        keep.append(Keep(checkpoint.parent, "the checkpoint being exported"))
+    local = getattr(results, "local_path", None)
+    if local is not None:
+        keep.append(Keep(Path(local), f"the results store {results.root}"))
+    return keep
 
 
 def _config(ckpt: Checkpoint, model) -> modeling_mixbench.MixbenchConfig:

@@ -53,17 +53,10 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import glob
 import json
 import os
-import shutil
-import sys
-import uuid
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,8 +68,8 @@ from harness.registry import SUITES
 from harness.reporting.render import (
     MISSING, STABILITY_MARK, board_json, display, ordered_rows, readable, render, si,
 )
+from harness.store.output_folder import Keep, OutputKind, check_output_folder, replacing
 from harness.store.results import ResultsStore, RunRecord, json_safe
-from harness.store.storage import swap_folder
 from harness.reporting.site_html import (
     ASSETS, HTML_TYPES, IMAGE_TYPES, LEAD_TITLES, MAX_GENERIC_SAMPLES, PLOT_CSP, TEXT_TYPES, asset_text, breakable,
     cell_text, column_labels, column_title, esc, file_name, href, kv_table, legend_items, page, script_json, scroll,
@@ -622,24 +615,33 @@ SITE_ENTRIES = frozenset({MARKER, "index.html", "board.json", "board.csv", "lead
                           REPRODUCTIONS_PAGE, REPRODUCTION_PLOTS})
 
 
+SITE = OutputKind("site", MARKER, SITE_ENTRIES)
+
+
 def publish_site(store: ResultsStore, out: Path, force: bool = False, config: BoardConfig | None = None) -> Path:
     """Write the static site of ``store`` into the folder ``out`` and return ``out``.
 
     The site is built in a temporary sibling folder and swapped in, so ``out`` always holds a complete site.
-    ``out`` may not exist yet, be empty, or hold a previous mixbench site and nothing else; anything else is
-    refused (the swap replaces the folder as a whole), and so are a results store inside ``out`` and replacing
-    a previous site with a board of zero runs (a mistyped store), unless ``force``. One publish into a parent
-    folder at a time (a lock on it); what a killed publish left beside the folder is removed by the next.
+    ``out`` may not exist yet, be empty, or hold a previous mixbench site and nothing else; everything else the
+    shared guard refuses (:func:`harness.store.output_folder.check_output_folder`: the store, the home, root and
+    working folders, a file, a folder mixbench did not write), and so is replacing a previous site with a board
+    of zero runs (a mistyped store), unless ``force``. One writer into a parent folder at a time (a lock on it);
+    what a killed publish left beside the folder is removed by the next.
     """
     store.require_existing()
     out = Path(out).expanduser()
-    _check_out(store, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _publish_lock(out):
-        _remove_leftovers(out)
-        _check_out(store, out)  # again, under the lock: another publish may have just replaced it
-        tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex}"
-        try:
+
+    def check() -> None:
+        keep = [Keep(store.local_path, f"the results store {store.root}")] if store.local_path else []
+        check_output_folder(out, SITE, keep, force)
+        stores = [str(p.parent.parent.relative_to(out)) for p in out.glob("**/runs/*/manifest.json")]
+        if stores:
+            raise MixbenchError(f"--out {out} holds a results store ({', '.join(stores[:3])}); publishing replaces "
+                                f"{out} as a whole and would delete it: pick another --out.")
+
+    check()
+    try:
+        with replacing(out, SITE, recheck=check) as tmp:
             site = _Site(store, tmp, config or BoardConfig())
             if not site.runs and (out / MARKER).exists() and not force:
                 raise MixbenchError(
@@ -647,70 +649,6 @@ def publish_site(store: ResultsStore, out: Path, force: bool = False, config: Bo
                     "board; check --results, or pass --force to publish an empty board on purpose."
                 )
             site.write()
-            swap_folder(tmp, out, out.parent / f".{out.name}.old-{uuid.uuid4().hex}", replace=out.exists())
-        except OSError as exc:
-            raise MixbenchError(f"could not write the site into {out} ({exc.strerror or exc}); check the folder.") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as exc:
+        raise MixbenchError(f"could not write the site into {out} ({exc.strerror or exc}); check the folder.") from None
     return out
-
-
-def _check_out(store: ResultsStore, out: Path) -> None:
-    """Refuse an ``--out`` whose replacement would delete something that is not a site: the results store
-    itself (inside it, or it), or any entry a site does not write."""
-    local = store.local_path
-    if local is not None:
-        store_dir, site_dir = local.resolve(), out.resolve()
-        if store_dir == site_dir or site_dir in store_dir.parents:
-            raise MixbenchError(
-                f"the results store {store.root} is inside --out {out}; publishing replaces {out} as a whole and "
-                "would delete the results: pick an --out folder that does not contain the store."
-            )
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise MixbenchError(f"--out {out} is a file; pass an empty or new folder, or a previous mixbench site.")
-    entries = sorted(p.name for p in out.iterdir())
-    if entries and MARKER not in entries:
-        raise MixbenchError(
-            f"--out {out} exists and is not a mixbench site (no {MARKER} in it); pass an empty or new folder."
-        )
-    foreign = [e for e in entries if e not in SITE_ENTRIES]
-    stores = [str(p.parent.parent.relative_to(out)) for p in out.glob("**/runs/*/manifest.json")]
-    if foreign or stores:
-        shown = ", ".join((foreign + stores)[:5])
-        raise MixbenchError(
-            f"--out {out} is a mixbench site but also holds what a site does not write ({shown}"
-            f"{', ...' if len(foreign) + len(stores) > 5 else ''}); publishing replaces the folder as a whole and "
-            "would delete it: move it elsewhere, or pick another --out."
-        )
-
-
-@contextlib.contextmanager
-def _publish_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the folder that holds ``out`` (flock on the directory itself, so no lock file is
-    left beside the site): a second publish there stops with a sentence instead of racing this one, and leftovers
-    are only removed by a publish that holds the lock."""
-    fd = os.open(out.parent, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise MixbenchError(
-                f"another mixbench publish is writing into {out.parent} right now; wait for it to finish."
-            ) from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _remove_leftovers(out: Path) -> list[Path]:
-    """The temporary and set-aside folders of publishes killed before they finished (called under the lock)."""
-    found = sorted(out.parent.glob(f".{glob.escape(out.name)}.tmp-*")) + sorted(
-        out.parent.glob(f".{glob.escape(out.name)}.old-*"))
-    for leftover in found:
-        shutil.rmtree(leftover, ignore_errors=True)
-    if found:
-        print(f"[mixbench] removed what an interrupted publish left beside {out}: "
-              f"{', '.join(p.name for p in found)}", file=sys.stderr, flush=True)
-    return found
