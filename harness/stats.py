@@ -327,3 +327,34 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> tuple[list[bool], li
     adjusted = np.empty(m)
     adjusted[order] = np.minimum(stepped, 1.0)
     return [bool(a <= alpha) for a in adjusted], [float(a) for a in adjusted]
+
+
+@dataclass(frozen=True)
+class PooledSD:
+    """A standard deviation pooled over groups (variances weighted by their degrees of freedom): ``estimate``,
+    ``df`` and ``upper``, its one-sided confidence bound (``estimate * sqrt(df / chi2_{1-level}(df))``), what a
+    test that must not understate the noise uses."""
+
+    estimate: float
+    df: int
+    upper: float
+
+
+def pooled_sd(groups: Sequence[Sequence[float]], level: float = 0.95) -> PooledSD | None:
+    """The within-group standard deviation of ``groups`` (each the values of one thing measured several times:
+    one model's seeds), pooled; groups of fewer than two finite values are skipped; None when none is left."""
+    kept = [np.asarray(g, dtype=float) for g in groups if len(g) >= 2 and np.all(np.isfinite(np.asarray(g, float)))]
+    df = sum(len(g) - 1 for g in kept)
+    if df == 0:
+        return None
+    estimate = math.sqrt(sum(float(np.var(g, ddof=1)) * (len(g) - 1) for g in kept) / df)
+    return pool_sds([(estimate, df)], level)
+
+
+def pool_sds(parts: Sequence[tuple[float, int]], level: float = 0.95) -> PooledSD:
+    """Standard deviations ``(estimate, df)`` of one variance, pooled, with the upper bound of the result."""
+    from scipy.stats import chi2
+
+    df = sum(d for _, d in parts)
+    estimate = math.sqrt(sum(d * s**2 for s, d in parts) / df)
+    return PooledSD(estimate, df, estimate * math.sqrt(df / chi2.ppf(1 - level, df)))

@@ -120,6 +120,42 @@ def test_a_recipe_file_round_trips_and_changes_the_models_identity(tmp_path, mon
         make_run_spec("attention", "tiny")
 
 
+def test_a_recipe_applies_only_at_the_setting_it_was_tuned_at(tmp_path, monkeypatch):
+    """A learning rate tuned with another backbone (no residual gates where the preset has the mixer gate) is
+    not applied and the model is untuned; a diverged grid point never wins and is written as null; a recipe file
+    named by MIXBENCH_RECIPES for one preset is skipped at the others."""
+    from harness.model.recipes import recipe_status
+
+    def book_at(gates: str) -> RecipeBook:
+        book = RecipeBook("tiny", setting={"backbone": {"d_model": 64, "residual_gates": gates}})
+        book.add(RecipeEntry("attention", {}, {"lr": 0.0123},
+                             (GridPoint({"lr": 0.0123}, 4.0, 3.9, 4.1, 1.0),
+                              GridPoint({"lr": 0.1}, math.inf, math.inf, math.inf, 1.0)), 0))
+        return book
+
+    path = tmp_path / "tiny.json"
+    monkeypatch.setenv("MIXBENCH_RECIPES", str(path))
+    book_at("none").write(path)
+    assert read_book(path).lookup("attention", {}).best.val_nll == 4.0
+    assert '"val_nll": null' in path.read_text()
+    assert make_run_spec("attention", "tiny").train.lr == 0.0123  # tiny has no residual gates: the same setting
+    gated = make_run_spec("attention", "tiny", backbone_overrides={"residual_gates": "mixer"})
+    assert gated.train.lr != 0.0123
+    assert recipe_status("tiny", "attention", {}, {"lr": 0.0123}, {"d_model": 64, "residual_gates": "mixer"}) \
+        == "untuned"
+    assert recipe_status("tiny", "attention", {}, {"lr": 0.0123}, {"d_model": 64, "residual_gates": "none"}) \
+        == "tuned"
+    make_run_spec("attention", "quick")  # the tiny file named for every preset is not quick's: skipped
+
+
+def test_plan_sweep_values_take_their_fields_type():
+    from harness.running.plan import _sweep
+
+    assert _sweep({"lr": ["1e-3", 0.002], "batch_size": 4}, "plan") == {"lr": (0.001, 0.002), "batch_size": (4,)}
+    with pytest.raises(ConfigError, match="sweep.lr"):
+        _sweep({"lr": ["fast"]}, "plan")
+
+
 def test_grid_points_and_edge_extension():
     assert grid_points({"lr": (1, 2), "warmup_frac": (0.0,)}) == [{"lr": 1, "warmup_frac": 0.0},
                                                                   {"lr": 2, "warmup_frac": 0.0}]

@@ -146,3 +146,16 @@ def test_normal_and_range_intervals():
     r = stats.range_interval([3.0, 1.0, 2.0])
     assert (r.low, r.high, r.kind, r.level) == (1.0, 3.0, "range", None)
     assert stats.percentile_interval(np.array([1.0])) is None
+
+
+def test_pooled_sd_by_hand():
+    """Groups (3 seeds, 2 seeds, 1 seed skipped): pooled variance = sum of squared deviations / sum of df; the
+    upper bound is sqrt(df / chi2 quantile) times it (chi2_0.05(3) = 0.3518463)."""
+    groups = [[1.0, 2.0, 3.0], [10.0, 12.0], [7.0]]
+    found = stats.pooled_sd(groups)
+    sum_sq = (1 + 0 + 1) + (1 + 1)  # deviations from 2 and from 11
+    assert found.df == 3 and found.estimate == pytest.approx(math.sqrt(sum_sq / 3))
+    assert found.upper == pytest.approx(found.estimate * math.sqrt(3 / 0.3518463), rel=1e-6)
+    assert stats.pooled_sd([[1.0], [float("nan"), 2.0]]) is None
+    both = stats.pool_sds([(found.estimate, 3), (2.0, 5)])
+    assert both.df == 8 and both.estimate == pytest.approx(math.sqrt((3 * found.estimate**2 + 5 * 4.0) / 8))

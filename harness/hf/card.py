@@ -52,7 +52,7 @@ def board_row_table(runs: list) -> list[str]:
 def protocol_lines(ckpt: Checkpoint, parameters: int) -> list[str]:
     """What the board's first lines say of this model (docs/protocol.md): its backbone rule, its size against the
     matched reference, its budget, and whether its training values are its preset's tuned recipe."""
-    from harness.model.recipes import recipe_status
+    from harness.model.recipes import UNTUNED, recipe_status
     from harness.model.specs import preset_defaults
     from harness.config import PRESETS, to_dict
 
@@ -75,9 +75,10 @@ def protocol_lines(ckpt: Checkpoint, parameters: int) -> list[str]:
                        else f"MLP width {backbone.ffn_dim}: not the matched width ({want.ffn_dim})")
         except Exception:  # noqa: BLE001 - a mixer that cannot be matched at this backbone keeps its own width
             matched = f"MLP width {backbone.ffn_dim}"
-        status = recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, to_dict(spec.train))
+        status = recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, to_dict(spec.train),
+                               to_dict(spec.model.backbone))
     else:
-        status = "untuned"
+        status = UNTUNED
     lines.append(f"- size: {parameters:,} parameters" + (f"; {matched}" if matched else ""))
     lines.append(f"- budget: {spec.train.token_budget:,} training tokens ({spec.train.token_budget / parameters:.2g} "
                  f"per parameter), learning rate {spec.train.lr:g}: {status} (`tuned`: the value `mixbench tune` "

@@ -50,8 +50,10 @@ from harness.config import BackboneConfig, ModelSpec, as_tuple, get_preset
 from harness.errors import ConfigError
 from harness.mixer import Mixer, state_floats, state_tensors
 
-#: bump when a check is added or tightened: cached verdicts of older gates are not reused
-GATE_VERSION = 5  # 3: the context_free check; 4: states passed in stay unchanged, state_size at T=0 and the context
+#: bump when a check is added or changed: cached verdicts of older gates are not reused
+# 3: the context_free check; 4: states passed in stay unchanged, state_size at T=0 and the context; 5: a prefix
+# (another length) held to the tolerance, a changed suffix to 1% of it
+GATE_VERSION = 5
 #: chunk lengths every mixer is tested across, besides the ones its kernels declare
 GENERIC_CHUNKS = (16, 32, 64)
 #: positions t0 from which the causality check perturbs the suffix, besides every chunk boundary

@@ -58,8 +58,15 @@ def matched_ffn(model: ModelSpec, reference: str) -> int:
 
 
 def match_backbone(model: ModelSpec, reference: str) -> BackboneConfig:
-    """``model``'s backbone with the matched MLP width."""
-    return dataclasses.replace(model.backbone, ffn_hidden=matched_ffn(model, reference))
+    """``model``'s backbone with the matched MLP width; refused when even that width leaves the model more than
+    :data:`MATCH_TOLERANCE` from the reference (a backbone so small that one MLP unit is a large step)."""
+    backbone = dataclasses.replace(model.backbone, ffn_hidden=matched_ffn(model, reference))
+    gap = relative_gap(ModelSpec(model.mixer, model.mixer_config, backbone), reference)
+    if abs(gap) > MATCH_TOLERANCE:
+        raise ConfigError(f"{model.mixer} cannot be matched to {reference}'s parameters within "
+                          f"{MATCH_TOLERANCE:.0%} at this backbone (it stays {gap:+.1%} away); use a wider backbone, "
+                          "or `match: none` (--match none) to compare at unmatched sizes.")
+    return backbone
 
 
 def relative_gap(model: ModelSpec, reference: str) -> float:

@@ -65,7 +65,8 @@ class RecipeEntry:
 
     @property
     def best(self) -> GridPoint:
-        return min(self.grid, key=lambda p: p.val_nll)
+        """The lowest validation loss; a diverged point (infinite) never wins over a finite one."""
+        return min(self.grid, key=lambda p: (not math.isfinite(p.val_nll), p.val_nll))
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class RecipeBook:
             "schema": RECIPE_SCHEMA, "preset": self.preset, "objective": self.objective, "setting": self.setting,
             "commit": self.commit, "written_at": self.written_at,
             "seed_spread": None if self.seed_spread is None else asdict(self.seed_spread),
-            "mixers": {k: asdict(e) for k, e in sorted(self.entries.items())},
+            "mixers": {k: _finite(asdict(e)) for k, e in sorted(self.entries.items())},
         }
 
     @staticmethod
@@ -132,7 +133,7 @@ class RecipeBook:
         try:
             entries = {}
             for key, e in dict(doc.get("mixers") or {}).items():
-                grid = tuple(GridPoint(dict(p["values"]), float(p["val_nll"]), float(p["low"]), float(p["high"]),
+                grid = tuple(GridPoint(dict(p["values"]), _loss(p["val_nll"]), _loss(p["low"]), _loss(p["high"]),
                                        float(p["seconds"])) for p in e["grid"])
                 entries[key] = RecipeEntry(str(e["mixer"]), dict(e["mixer_config"]), dict(e["values"]), grid,
                                            int(e["seed"]), str(e.get("mixer_code", "")), float(e.get("seconds", 0)),
@@ -156,6 +157,17 @@ class RecipeBook:
         from harness.store.storage import atomic_write
 
         atomic_write(path, (json.dumps(self.to_json(), indent=1) + "\n").encode(), durable=True)
+
+
+def _finite(entry: dict[str, Any]) -> dict[str, Any]:
+    """A diverged grid point's infinite loss as JSON null (JSON has no infinity)."""
+    entry["grid"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in p.items()}
+                     for p in entry["grid"]]
+    return entry
+
+
+def _loss(value: Any) -> float:
+    return math.inf if value is None else float(value)
 
 
 def read_book(path: Path) -> RecipeBook:
@@ -184,16 +196,34 @@ def load_books(preset: str) -> list[RecipeBook]:
         if path.is_file():
             book = read_book(path)
             if book.preset != preset:
+                if path.name != f"{preset}.json":  # MIXBENCH_RECIPES naming one preset's file: not this preset's
+                    continue
                 raise ConfigError(f"{path} holds recipes for preset {book.preset}, not {preset}.")
             books.append(book)
     return books
 
 
-def find_recipe(preset: str, mixer: str, mixer_config: dict[str, Any]) -> tuple[RecipeEntry | None, str]:
-    """The first recipe for this mixer config at ``preset`` and the file it came from."""
+#: backbone fields a recipe file's setting does not fix (the corpus sets the vocabulary, matching the MLP width)
+_FREE_BACKBONE = ("vocab_size", "ffn_hidden")
+
+
+def setting_differences(book: RecipeBook, backbone: dict[str, Any] | None) -> list[str]:
+    """The backbone fields on which ``backbone`` differs from the setting the book was tuned at (a learning rate
+    tuned with the mixer-branch gate is not one for a backbone without it)."""
+    tuned = (book.setting or {}).get("backbone") or {}
+    if backbone is None:
+        return []
+    return sorted(k for k, v in tuned.items() if k not in _FREE_BACKBONE and k in backbone
+                  and not _same(backbone[k], v))
+
+
+def find_recipe(preset: str, mixer: str, mixer_config: dict[str, Any],
+                backbone: dict[str, Any] | None = None) -> tuple[RecipeEntry | None, str]:
+    """The first recipe for this mixer config at ``preset`` tuned at this ``backbone`` (when given), and the file
+    it came from."""
     for book in load_books(preset):
         entry = book.lookup(mixer, mixer_config)
-        if entry is not None:
+        if entry is not None and not setting_differences(book, backbone):
             return entry, book.source
     return None, ""
 
@@ -206,10 +236,11 @@ def seed_spread(preset: str) -> SeedSpread | None:
     return None
 
 
-def recipe_status(preset: str, mixer: str, mixer_config: dict[str, Any], train: dict[str, Any]) -> str:
-    """``tuned`` when the training values equal this mixer config's recipe, ``overridden`` when a recipe exists
-    but a value differs (an explicit ``--lr``), else ``untuned``."""
-    entry, _ = find_recipe(preset, mixer, mixer_config)
+def recipe_status(preset: str, mixer: str, mixer_config: dict[str, Any], train: dict[str, Any],
+                  backbone: dict[str, Any] | None = None) -> str:
+    """``tuned`` when the training values equal this mixer config's recipe (tuned at this backbone), ``overridden``
+    when a recipe exists but a value differs (an explicit ``--lr``), else ``untuned``."""
+    entry, _ = find_recipe(preset, mixer, mixer_config, backbone)
     if entry is None:
         return UNTUNED
     same = all(_same(train.get(k), v) for k, v in entry.values.items())

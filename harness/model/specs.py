@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from harness.config import BackboneConfig, DataConfig, ModelSpec, RunSpec, TrainConfig, get_preset
+from harness.config import BackboneConfig, DataConfig, ModelSpec, RunSpec, TrainConfig, get_preset, to_dict
 from harness.errors import ConfigError, MixbenchError
 from harness.registry import MIXERS
 from harness.values import coerce_values
@@ -112,7 +112,7 @@ def preset_defaults(preset: str, mixer: str, mixer_config: dict[str, Any], backb
         backbone = match_backbone(ModelSpec(mixer, mixer_config, backbone), p.match_reference)
     train = dict(p.train)
     if recipes:
-        entry, source = find_recipe(preset, mixer, mixer_config)
+        entry, source = find_recipe(preset, mixer, mixer_config, to_dict(backbone))
         if entry is not None:
             bad = set(entry.values) - {f.name for f in dataclasses.fields(TrainConfig)}
             if bad:

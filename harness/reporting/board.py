@@ -581,21 +581,19 @@ def compare_cells(a: Cell, b: Cell, config: BoardConfig, noise: SeedNoise | None
 
 def column_seed_noise(table: Table, rows: list[Row], column: Column, preset: str) -> SeedNoise | None:
     """The seed noise of ``column`` among ``rows`` (a preset's mixers and controls; docs/protocol.md "Seeds"): the
-    pooled within-row standard deviation of the per-seed values of every row with two or more seeds and, where the
-    column's items are on its scale, the preset's measured seed spread, pooled together when both exist (variances
-    weighted by their degrees of freedom); at its one-sided 95% upper confidence bound (the estimate times
-    sqrt(df / chi2_0.05(df))). None when neither exists."""
-    from scipy.stats import chi2
-
-    cells = [c for r in rows for c in (table.cell(r, column), table.null_cell(r, column)) if c is not None]
+    pooled within-row standard deviation of the per-seed values of every row with two or more seeds (trained
+    cells only: an untrained null's seeds vary its initialisation, not its training) and, where the column's items
+    are on its scale, the preset's measured seed spread; at its one-sided 95% upper confidence bound. The board's
+    own spread is used alone once it has as many degrees of freedom as the preset's: the two usually share
+    trainings (the tuned recipes' seeds are the quickstart's), and pooling would count them twice. With fewer the
+    two are pooled (one row of two seeds alone is no estimate). None when neither exists."""
+    cells = [c for r in rows if (c := table.cell(r, column)) is not None]
     found: list[SeedNoise] = []
     multi = [c for c in cells if len(c.seed_values) >= 2 and all(math.isfinite(v) for v in c.seed_values)]
-    if multi:
-        df = sum(len(c.seed_values) - 1 for c in multi)
-        estimate = math.sqrt(sum(float(np.var(c.seed_values, ddof=1)) * (len(c.seed_values) - 1)
-                                 for c in multi) / df)
+    own = stats.pooled_sd([c.seed_values for c in multi])
+    if own is not None:
         scale = "items" if all(c.items for c in multi) else "values"
-        found.append(SeedNoise(estimate * math.sqrt(df / chi2.ppf(0.05, df)), estimate, df, scale,
+        found.append(SeedNoise(own.upper, own.estimate, own.df, scale,
                                f"{len(multi)} row(s) with several seeds on this board"))
     units = {c.items_unit for c in cells if c.items}
     if len(units) == 1 and all(c.items for c in cells):
@@ -609,10 +607,9 @@ def column_seed_noise(table: Table, rows: list[Row], column: Column, preset: str
             found.append(SeedNoise(spread.sd_upper, spread.sd, spread.df, "items",
                                    f"preset {preset}'s seed spread ({len(spread.seeds)} seeds, "
                                    f"{', '.join(spread.splits)})"))
-    if len(found) == 2:  # the board's seeds and the preset's measured spread estimate one variance: pool them
-        df = found[0].df + found[1].df
-        estimate = math.sqrt((found[0].df * found[0].estimate**2 + found[1].df * found[1].estimate**2) / df)
-        return SeedNoise(estimate * math.sqrt(df / chi2.ppf(0.05, df)), estimate, df, "items",
+    if len(found) == 2 and found[0].df < found[1].df:  # too few seeds on the board: pool with the preset's
+        both = stats.pool_sds([(found[0].estimate, found[0].df), (found[1].estimate, found[1].df)])
+        return SeedNoise(both.upper, both.estimate, both.df, "items",
                          f"{found[0].source}, pooled with {found[1].source}")
     return found[0] if found else None
 

@@ -7,7 +7,7 @@ quantity at several target positions declares them (:attr:`harness.suite.Metric.
 ``nll_ctx_0-3``, ``nll_ctx_4-63``, ``nll_ctx_64-255``); for every mixer row this module pairs it with each control
 bucket by bucket on the shared documents, and tests whether its gain over the context-free control is larger far
 back (the last bucket) than near (the one before): the difference of the two paired differences, bootstrapped over
-documents, with the seed noise of both buckets added (:class:`harness.reporting.board.SeedNoise`), Holm over the
+documents, with the seed spread of that difference added (pooled over the rows with several seeds), Holm over the
 preset's mixers. A model that only uses the last few tokens gains the same at every position past them; one whose
 gain grows from 4-63 to 64 on uses context a short convolution does not reach (a model that reads 20 tokens back
 shows it too: positions 4-19 have less of that context than 64 on, so this is "beyond the first buckets", not
@@ -60,6 +60,10 @@ class ContextUse:
                 "far_minus_near": diff(self.beyond), "uses_far_context": self.uses_far}
 
 
+#: positions a 4-tap short convolution sees whole (the perplexity suite's first bucket, 0-3)
+SHORT_REACH = 4
+
+
 def position_groups(columns: list[Column]) -> dict[str, list[Column]]:
     """Columns that declare positions, grouped by suite, config and name without the bucket, sorted by position."""
     groups: dict[str, list[Column]] = defaultdict(list)
@@ -79,14 +83,18 @@ def context_use(board: "Board") -> list[ContextUse]:
     groups = position_groups(table.columns)
     if not groups:
         return []
-    name, columns = next(iter(groups.items()))
+    name, all_columns = next(iter(groups.items()))
     out: list[ContextUse] = []
     for preset in sorted({r.preset for r in table.rows}):
         rows = [r for r in table.rows if r.preset == preset and not r.control and not r.external]
         controls = [r for r in table.rows if r.preset == preset and r.control]
         reference = next((r for r in controls if r.context_free), None)
-        if not rows or not controls:
+        # the buckets this preset's rows have (presets of other contexts end in other buckets)
+        columns = [c for c in all_columns if any(table.cell(r, c) is not None for r in rows)]
+        if not rows or not controls or len(columns) < 2:
             continue
+        # far against near says "beyond a short convolution" only when near starts past its reach
+        testable = len(columns) >= 3 and columns[-2].positions[0] >= SHORT_REACH
         found: list[tuple[Row, list[dict[str, CellDifference]], CellDifference | None]] = []
         for row in rows:
             versus = []
@@ -100,7 +108,7 @@ def context_use(board: "Board") -> list[ContextUse]:
                                                              board.seed_noise.get((preset, column.name)))
                 versus.append(per)
             beyond = None
-            if reference is not None:
+            if reference is not None and testable:
                 beyond = _far_minus_near(board, preset, row, reference, columns[-2], columns[-1])
             found.append((row, versus, beyond))
         tested = [(i, b) for i, (_, _, b) in enumerate(found) if b is not None]
@@ -115,7 +123,8 @@ def context_use(board: "Board") -> list[ContextUse]:
 def _far_minus_near(board: "Board", preset: str, row: Row, control: Row, near: Column, far: Column
                     ) -> "CellDifference | None":
     """(row - control) at ``far`` minus (row - control) at ``near``, paired on the documents all four cells share,
-    bootstrapped over documents, with both buckets' seed noise added."""
+    bootstrapped over documents, with the seed spread of the far-minus-near difference added (each bucket's own
+    spread where no row has several seeds: an overestimate)."""
     from harness.reporting.board import _normal_difference
 
     cells = [board.table.cell(r, c) for r in (row, control) for c in (near, far)]
@@ -159,23 +168,16 @@ def _far_minus_near_spread(board: "Board", preset: str, near: Column, far: Colum
     """The seed standard deviation of a row's far-minus-near NLL, pooled over the preset's rows with several
     seeds (its one-sided 95% upper bound): a seed that trains a worse model is worse at every position, so the
     difference of buckets moves far less between seeds than either bucket."""
-    from scipy.stats import chi2
-
-    sum_sq, df = 0.0, 0
+    groups = []
     for row in board.table.rows:
         if row.preset != preset or row.external:
             continue
         a, b = board.table.cell(row, near), board.table.cell(row, far)
         if a is None or b is None or not a.seed_ids or a.seed_ids != b.seed_ids or len(a.seed_ids) < 2:
             continue
-        gaps = np.array(b.seed_values) - np.array(a.seed_values)
-        if not np.all(np.isfinite(gaps)):
-            continue
-        sum_sq += float(np.var(gaps, ddof=1)) * (len(gaps) - 1)
-        df += len(gaps) - 1
-    if df == 0:
-        return None
-    return math.sqrt(sum_sq / df) * math.sqrt(df / chi2.ppf(0.05, df))
+        groups.append(list(np.array(b.seed_values) - np.array(a.seed_values)))
+    pooled = stats.pooled_sd(groups)
+    return None if pooled is None else pooled.upper
 
 
 def detail_lines(uses: list[ContextUse]) -> list[str]:
@@ -214,7 +216,12 @@ def context_lines(uses: list[ContextUse]) -> list[str]:
         gains = "; ".join(
             f"{u.label} {u.beyond.difference:+.3f} [{u.beyond.interval.low:+.3f}, {u.beyond.interval.high:+.3f}]"
             for u in mine if u.beyond is not None and u.beyond.interval is not None)
-        if users:
+        if all(u.beyond is None for u in mine):
+            shown = ", ".join(f"{lo}-{hi - 1}" for lo, hi in first.buckets)
+            lines.append(f"context beyond the first buckets{where}: not tested: the position buckets ({shown}) need "
+                         f"a near one past the {SHORT_REACH} positions a short convolution sees whole and a far one "
+                         "after it, with the context-free control scored")
+        elif users:
             lines.append(f"context beyond the first buckets{where}: {', '.join(u.label for u in users)} gain more over "
                          f"{first.reference} at {span} than at {near[0]}-{near[1] - 1}: they use context a short "
                          f"convolution does not reach (far minus near gain in NLL per token, seed and document noise "

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness.model.matching import MATCH_TOLERANCE
+from harness.model.recipes import OVERRIDDEN, UNTUNED
 from harness.reporting.context_use import context_lines
 
 if TYPE_CHECKING:
     from harness.reporting.board import Board
 
-#: the relative spread of non-embedding parameters within which a preset's rows count as matched
-MATCHED = 0.05
 #: the mark after the label of a row trained without its tuned recipe (untuned or overridden)
 UNTUNED_MARK = "*"
 
@@ -53,7 +53,7 @@ def preamble(board: "Board") -> list[str]:
         if len(matched) >= 2:
             spread = (max(matched) - min(matched)) / min(matched)
             parts.append(f"non-embedding parameters within {max(spread, 0.001):.1%} of each other (matched)"
-                         if spread <= MATCHED
+                         if spread <= MATCH_TOLERANCE
                          else f"sizes NOT matched: non-embedding parameters differ by up to {spread:.0%}")
         seeds = sorted({len(r.seeds) for r in rows if r.seeds})
         parts.insert(0, _seed_text(board, preset, seeds))
@@ -78,7 +78,10 @@ def _seed_text(board: "Board", preset: str, seeds: list[int]) -> str:
         spread = "" if noise is None else (f" (seed SD up to {noise.sd:.3g} on the items' scale, from {noise.source})")
         return ("ONE training seed per row: differences smaller than the seed spread are not claimed" + spread
                 + "; columns without a measured spread count item noise only (3 seeds: `make reference-board`)")
-    return f"{'/'.join(map(str, seeds))} training seeds per row (ties and vetoes count the spread between them)"
+    text = f"{'/'.join(map(str, seeds))} training seeds per row (ties and vetoes count the spread between them)"
+    if 1 in seeds:
+        text += "; rows of ONE seed claim no difference smaller than the seed spread"
+    return text
 
 
 def _backbone_text(rows: list) -> str:
@@ -89,7 +92,7 @@ def _backbone_text(rows: list) -> str:
     own = sorted(r.label for r in rows if r.output_init == "mixer")
     parts.append("every mixer's output projection initialised by the backbone, N(0, 0.02/sqrt(2L))" if not own else
                  f"output projections initialised by the backbone except {', '.join(own)} (its own)")
-    untuned = sorted(r.label for r in rows if r.recipe in ("untuned", "overridden"))
+    untuned = sorted(r.label for r in rows if r.recipe in (UNTUNED, OVERRIDDEN))
     tuned = [r for r in rows if r.recipe == "tuned"]
     if tuned and not untuned:
         parts.append("every row at its learning rate tuned on validation (`mixbench tune`)")

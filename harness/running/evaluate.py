@@ -265,7 +265,8 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         packages=model.mixers[0].package_versions(),
         loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
         learning_curve=[dict(r) for r in ckpt.meta.get("learning_curve", [])],
-        recipe=recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, train)
+        recipe=recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, train,
+                             to_dict(spec.model.backbone))
         if spec.preset in PRESETS else UNTUNED,
         output_init=model.output_init,
         **control_flags(spec.model.mixer),

@@ -395,7 +395,10 @@ def plan_from_dict(raw: Any, default_name: str = "plan", source: str = "") -> Pl
 def _sweep(value: Any, where: str) -> dict[str, tuple[Any, ...]]:
     """``sweep:`` as field -> values (a single value is a one-point grid)."""
     raw = _mapping(value, "sweep", where)
-    return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in raw.items()}
+    grid = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in raw.items()}
+    # YAML reads 1e-3 as a string: each value is made the field's type (and checked) as the CLI's --grid does
+    return {k: tuple(coerce_values(TrainConfig, {k: v}, f"{where}: sweep.{k}")[k] for v in values)
+            for k, values in grid.items()}
 
 
 def _ladder(value: Any, where: str) -> tuple[Rung, ...]:

@@ -31,7 +31,7 @@ import numpy as np
 from harness import stats
 from harness.config import RunSpec, TrainConfig, to_dict
 from harness.corpus.protocol import check_read, selection
-from harness.errors import ConfigError, MixbenchError
+from harness.errors import ConfigError, MixbenchError, NonFiniteLossError
 from harness.model.recipes import NLL_SCALE, GridPoint, RecipeBook, RecipeEntry, SeedSpread, read_book
 from harness.store.results import ResultsStore
 
@@ -153,7 +153,7 @@ def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
             _spec(req, mixer, point, 0)
     path = _out_path(req)
     book = _existing_book(req)
-    path.parent.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after hours
+    _probe_writable(path)  # an unwritable --out fails now, not after hours
     trainer = _Trainer(req, store)
     entries: list[RecipeEntry] = []
     with selection(f"mixbench tune (preset {req.preset})"):
@@ -162,28 +162,48 @@ def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
             book.add(entries[-1])
             _write_book(req, book, path)
         if req.seeds > 1:
-            book.seed_spread = _seed_spread(req, entries, trainer)
+            spread = _seed_spread(req, entries, trainer)
+            # a smaller search (one new mixer) does not replace a spread measured over more models
+            if book.seed_spread is None or spread.df >= book.seed_spread.df:
+                book.seed_spread = spread
             _write_book(req, book, path)
     return TuneReport(book, path, trainer.trainings, time.perf_counter() - t_start)
 
 
 def _write_book(req: TuneRequest, book: RecipeBook, path: Path) -> None:
     """The recipe file with what the search was: its objective, the setting it ran at, the commit."""
-    from harness.model.specs import make_run_spec
     from harness.store.provenance import provenance
 
-    spec = make_run_spec(req.mixers[0], req.preset, req.mixer_configs.get(req.mixers[0]), req.backbone_overrides,
-                         req.train_overrides, req.data_overrides, match=req.match, recipes=False)
     book.objective = (f"NLL per token (nats) on every window of the '{req.split}' split at the model's "
                       f"context; seed 0; lowest point estimate wins")
-    book.setting = {"backbone": {k: v for k, v in to_dict(spec.model.backbone).items()
-                                 if k not in ("vocab_size", "ffn_hidden")},
-                    "train": {k: v for k, v in to_dict(spec.train).items() if k not in ("seed", *req.grid)},
-                    "data": to_dict(spec.data), "match": req.match or "preset",
-                    "grid": {k: list(v) for k, v in req.grid.items()}}
+    book.setting = {**_setting(req), "grid": {k: list(v) for k, v in req.grid.items()}}
     book.commit = str(((provenance().get("git") or {}).get("commit")) or "")
     book.written_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     book.write(path)
+
+
+def _setting(req: TuneRequest) -> dict[str, Any]:
+    """What the recipes are tuned at: the backbone (less what the corpus and matching set), the training values
+    the grid does not vary, the data and the matching rule."""
+    from harness.model.specs import make_run_spec
+
+    spec = make_run_spec(req.mixers[0], req.preset, req.mixer_configs.get(req.mixers[0]), req.backbone_overrides,
+                         req.train_overrides, req.data_overrides, match=req.match, recipes=False)
+    return {"backbone": {k: v for k, v in to_dict(spec.model.backbone).items()
+                         if k not in ("vocab_size", "ffn_hidden")},
+            "train": {k: v for k, v in to_dict(spec.train).items() if k not in ("seed", *req.grid)},
+            "data": to_dict(spec.data), "match": req.match or "preset"}
+
+
+def _probe_writable(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.parent / f".{path.name}.probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise MixbenchError(f"cannot write the recipe file {path} ({exc.strerror or exc}); choose another --out."
+                            ) from None
 
 
 def _out_path(req: TuneRequest) -> Path:
@@ -199,6 +219,14 @@ def _existing_book(req: TuneRequest) -> RecipeBook:
     book = read_book(path)
     if book.preset != req.preset:
         raise MixbenchError(f"{path} holds recipes for preset {book.preset}, not {req.preset}; choose another --out.")
+    now = _setting(req)
+    changed = sorted(f"{part}.{k}" for part in ("backbone", "train", "data")
+                     for k in set(now[part]) | set((book.setting or {}).get(part) or {})
+                     if (book.setting or {}).get(part, {}).get(k) != now[part].get(k))
+    if book.setting and (changed or book.setting.get("match") != now["match"]):
+        shown = ", ".join(changed[:4]) or "match"
+        raise MixbenchError(f"{path} holds recipes tuned at another setting ({shown} differ); one file is one "
+                            "setting: choose another --out.")
     return book
 
 
@@ -266,13 +294,23 @@ def _tune_mixer(req: TuneRequest, mixer: str, trainer: _Trainer) -> RecipeEntry:
             key = _values_text(values)
             if key in points:
                 continue
-            loss, low, high, seconds = trainer.loss(_spec(req, mixer, values, 0), req.split)
+            try:
+                loss, low, high, seconds = trainer.loss(_spec(req, mixer, values, 0), req.split)
+                shown = f"{loss:.4f} [{low:.4f}, {high:.4f}]"
+            except NonFiniteLossError:  # a diverging value is a result (too large), not the end of the search
+                loss, low, high, seconds, shown = math.inf, math.inf, math.inf, 0.0, "diverged"
             points[key] = GridPoint(values, loss, low, high, round(seconds, 1))
             # one line per point whatever --no-progress says: these are results, not a progress bar
-            print(f"[tune] {mixer} {key}: validation NLL {loss:.4f} [{low:.4f}, {high:.4f}] ({seconds:.0f} s)",
-                  file=sys.stderr, flush=True)
-        best = min(points.values(), key=lambda p: p.val_nll)
+            print(f"[tune] {mixer} {key}: validation NLL {shown} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+        best = RecipeEntry(mixer, {}, {}, tuple(points.values()), 0).best
+        if not math.isfinite(best.val_nll):
+            raise MixbenchError(f"every grid point of {mixer} diverged ({', '.join(points)}); try smaller values.")
         beyond = extension(grid, best.values)
+        if beyond is not None:
+            try:  # one step past the end may leave the field's range (a negative warmup, a zero batch)
+                _spec(req, mixer, beyond, 0)
+            except ConfigError:
+                beyond = None
         if beyond is None or extended >= req.extend:
             break
         extended += 1
@@ -289,23 +327,22 @@ def _tune_mixer(req: TuneRequest, mixer: str, trainer: _Trainer) -> RecipeEntry:
 def _seed_spread(req: TuneRequest, entries: list[RecipeEntry], trainer: _Trainer) -> SeedSpread:
     """Each mixer's chosen values at every seed, scored on both validation splits; the pooled standard deviation
     between seeds of the split where it is larger, with its chi-square upper bound (one-sided 95%)."""
-    from scipy.stats import chi2
-
     seeds = tuple(range(req.seeds))
-    pooled: dict[str, tuple[float, int]] = {}
+    pooled: dict[str, stats.PooledSD] = {}
     per_mixer: dict[str, float] = {}
     for split in SPREAD_SPLITS:
-        sum_sq, df = 0.0, 0
+        groups = []
         for e in entries:
             losses = [trainer.loss(_spec(req, e.mixer, e.values, seed), split)[0] for seed in seeds]
             print(f"[tune] {e.mixer} seeds {list(seeds)} on {split}: " + ", ".join(f"{x:.4f}" for x in losses),
                   file=sys.stderr, flush=True)
-            sd = float(np.std(losses, ddof=1))
-            per_mixer[f"{e.mixer}/{split}"] = round(sd, 6)
-            sum_sq += sd**2 * (len(losses) - 1)
-            df += len(losses) - 1
-        pooled[split] = (math.sqrt(sum_sq / df), df)
-    split = max(pooled, key=lambda s: pooled[s][0])
-    sd, df = pooled[split]
-    upper = sd * math.sqrt(df / chi2.ppf(0.05, df))
-    return SeedSpread(NLL_SCALE, round(sd, 6), round(upper, 6), df, seeds, (split,), per_mixer)
+            per_mixer[f"{e.mixer}/{split}"] = round(float(np.std(losses, ddof=1)), 6)
+            groups.append(losses)
+        found = stats.pooled_sd(groups)
+        if found is None:
+            raise MixbenchError(f"the seeds of {', '.join(e.mixer for e in entries)} gave no finite spread on {split}.")
+        pooled[split] = found
+    split = max(pooled, key=lambda s: pooled[s].estimate)
+    found = pooled[split]
+    return SeedSpread(NLL_SCALE, round(found.estimate, 6), round(found.upper, 6), found.df, seeds, (split,),
+                      per_mixer)
