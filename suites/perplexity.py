@@ -137,8 +137,10 @@ class Perplexity(Suite):
             totals = self._score(model, windows, len(docs), buckets, near_far, unigram, byte_lengths, ctx, split)
             whole = totals.tokens == np.array([len(d.ids) - 1 for d in docs])  # every target of the document scored
             totals.bytes[whole] = np.array([d.n_bytes for d in docs], dtype=np.float64)[whole]
+            # an external model reading with mixbench's own tokenizer (a re-imported export) is compared per token
+            own_tokenizer = getattr(model, "external", False) and not getattr(model, "mixbench_tokenizer", False)
             metrics += self._metrics(SPLIT_PREFIX[split], totals, [d.doc_id for d in docs], buckets, near_far,
-                                     getattr(model, "external", False))
+                                     own_tokenizer)
             info["splits"][split] = {"windows": len(windows), "documents": int((totals.tokens > 0).sum())}
         if not metrics:
             raise ConfigError(f"perplexity: the splits {list(self.cfg.splits)} are empty for this data source.")

@@ -5,6 +5,7 @@ tokens, mixing rows of a batch) are refused by the model-level checks."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -301,3 +302,119 @@ def test_an_edited_folder_is_another_model_and_an_unchanged_one_is_not_scored_ag
     assert len(revisions) == 2 and len(values) == 2
     rows = build_table(ResultsStore(store), all_configs=True).rows
     assert len(rows) == 2 and len({r.label for r in rows}) == 2  # two rows, told apart by their revisions
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _edit_config(**changes):
+    def edit(folder: Path) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return edit
+
+
+def _truncate(folder: Path) -> None:
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def _empty(folder: Path) -> None:
+    for file in folder.iterdir():
+        file.unlink()
+
+
+@pytest.mark.parametrize("edit, extra, message", [
+    (_truncate, [], "/model.safetensors is truncated or not a safetensors file (SafetensorError: "),
+    (_edit_config(vocab_size=10**9), [], "/config.json gives vocab_size 1000000000 but the weights' embedding has "
+                                         "{vocab} rows."),
+    (_edit_config(hidden_size=-4), [], "/config.json: hidden_size -4 is not a positive size."),
+    (_edit_config(intermediate_size=10**12), [], "/config.json gives intermediate_size 1000000000000, more than the "),
+    (_empty, [], " holds no model: no config.json"),
+    (lambda folder: (folder / "model.safetensors").unlink(), [], " holds no weights: no *.safetensors or *.bin"),
+    (lambda folder: (folder / "config.json").write_text("{nope"), [], "/config.json is not readable JSON"),
+    (lambda folder: (folder / "tokenizer.json").unlink(), [], " holds no tokenizer (no tokenizer.json"),
+    # what passes the folder checks and still fails in transformers (its own validation error, not a ValueError)
+    (_edit_config(num_attention_heads=3), [], "could not be loaded as a transformers causal LM "
+                                              "(StrictDataclassClassValidationError: "),
+    (lambda folder: None, ["--revision", "main"], "is a local folder, scored as its files are now: drop --revision"),
+], ids=["truncated", "vocabulary-1e9", "negative", "width-1e12", "empty", "no-weights", "not-json", "no-tokenizer",
+        "transformers", "revision"])
+def test_a_broken_folder_is_refused_in_one_sentence_and_left_as_it_is(tiny_models, tmp_path, capsys, edit, extra,
+                                                                      message):
+    """Each of these ended in a traceback from transformers' loader (a vocabulary of 1e9 in an allocation of that
+    size) or, for --revision, was ignored: exit 2 and one sentence naming what is wrong, and nothing written."""
+    import shutil
+
+    folder = tmp_path / "broken"
+    shutil.copytree(tiny_models["llama"], folder)
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    edit(folder)
+    before = _contents(folder)
+    capsys.readouterr()
+    assert main(["eval", "--suite", "perplexity", "--hf-model", str(folder), *extra,
+                 "--results", str(tmp_path / "results"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mixbench: error: ") and len(err.splitlines()) == 1, err
+    assert message.format(vocab=vocab) in err and "Traceback" not in err
+    assert _contents(folder) == before and not (tmp_path / "results").exists()
+
+
+def test_an_export_whose_weights_were_edited_is_refused(attention_checkpoint, tmp_path, capsys):
+    """An exported folder records the checkpoint's weights_sha256: weights changed after export are not the model
+    it names, refused as a checkpoint whose weights changed."""
+    from safetensors.torch import load_file, save_file
+
+    from harness.hf.export import export_checkpoint
+
+    folder = export_checkpoint(attention_checkpoint, tmp_path / "hf").folder
+    weights = load_file(folder / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name] = weights[name].clone()
+    weights[name].view(-1)[0] += 1e-3
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    before = _contents(folder)
+    capsys.readouterr()
+    assert main(["eval", "--suite", "perplexity", "--hf-model", str(folder), "--trust-remote-code",
+                 "--results", str(tmp_path / "results"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # after transformers' "Loading weights" progress bar
+    assert err[-1].startswith("mixbench: error: exported model ") and "Traceback" not in "\n".join(err)
+    assert "the weights do not match the hash in config.json (mixbench_export.weights_sha256)" in err[-1]
+    assert _contents(folder) == before
+
+
+def test_a_reimported_export_is_read_with_mixbenchs_own_tokenizer(attention_checkpoint, tiny_models, tmp_path):
+    """An unedited export's tokenizer.json is the tokenizer mixbench trained it with: the model carries that
+    tokenizer's fingerprint, and its corpus is the checkpoint's (same documents, same tokens), so its per-token
+    metrics are in a mixbench row's unit; an edited tokenizer.json, or another model's, is its own tokenizer."""
+    from harness.corpus.tokenizer import Tokenizer
+    from harness.hf.export import export_checkpoint
+    from harness.model.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(attention_checkpoint)
+    folder = export_checkpoint(attention_checkpoint, tmp_path / "hf").folder
+    model = load_external(str(folder), trust_remote_code=True)
+    assert model.mixbench_tokenizer
+    assert model.descriptor.tokenizer == Tokenizer.from_file(ckpt.tokenizer_path).fingerprint
+    corpus = load_corpus(ckpt.spec.data, progress=False, tokenizer=model.tokenizer)
+    assert corpus.fingerprint == ckpt.meta["corpus_fingerprint"]  # what the checkpoint's rows record as their data
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # two ids swapped: another tokenizer
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    edited = load_external(str(folder), trust_remote_code=True)
+    assert not edited.mixbench_tokenizer and edited.descriptor.tokenizer != model.descriptor.tokenizer
+    assert not load_external(str(tiny_models["llama"])).mixbench_tokenizer
+
+
+def test_a_reimported_export_is_compared_per_token_like_a_mixbench_row(attention_checkpoint, tmp_path):
+    from harness.hf.export import export_checkpoint
+
+    folder = export_checkpoint(attention_checkpoint, tmp_path / "hf").folder
+    store = tmp_path / "results"
+    assert main(["eval", "--suite", "perplexity", "--hf-model", str(folder), "--trust-remote-code", "--results",
+                 str(store), "--no-progress", "--suite-config", "splits=test", "max_windows=4", "bootstrap=50"]) == 0
+    run = next(ResultsStore(store).iter_runs(samples=False))
+    assert run.metric("ppl").unreliable is None and run.metric("bpb").unreliable is None

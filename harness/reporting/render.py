@@ -27,6 +27,7 @@ import pandas as pd
 
 from harness.reporting.board import Board
 from harness.reporting.context_use import detail_lines
+from harness.model.recipes import OVERRIDDEN, UNTUNED
 from harness.reporting.preamble import UNTUNED_MARK, preamble
 from harness.errors import MixbenchError
 from harness.store.results import json_safe
@@ -319,7 +320,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     for row in ordered:
         values = {
             "rank": (_rank_text(board, row), board.rank.get(row.key)),
-            "model": (row.label + (UNTUNED_MARK if row.recipe in ("untuned", "overridden") else ""), None),
+            "model": (row.label + (UNTUNED_MARK if row.recipe in (UNTUNED, OVERRIDDEN) else ""), None),
             "preset": (row.preset, None),
             "params": (si(row.parameters), row.parameters),
             "state": (si(row.state_floats), row.state_floats),
@@ -430,8 +431,9 @@ def legend(board: Board, columns: list[Column]) -> list[str]:
     if any(row.external for row in board.table.rows):
         lines.append(
             "external: a transformers model mixbench did not train, scored with its own tokenizer (docs/huggingface.md); "
-            "never ranked, its per-token perplexities are marked unreliable; compare it with the rows on bpb "
-            "(`mixbench compare` pairs them on the same documents).")
+            "never ranked, its per-token perplexities are marked unreliable (unless it reads with mixbench's own "
+            "tokenizer: a re-imported export); compare it with the rows on bpb (`mixbench compare` pairs them on "
+            "the same documents).")
     votes = [v.column.name for v in board.verdicts.values() if v.votes]
     lines.append("voting columns: " + (", ".join(votes) if votes else "none"))
     unknown = sorted({name for (_, name), n in board.seed_noise.items() if n is None and name in votes})
@@ -473,7 +475,13 @@ def stability_lines(board: Board, columns: list[Column]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- formats
 
 
-def _escape_md(s: str) -> str:
+def _escape_md(s: str, cell: bool = True) -> str:
+    """Text for a Markdown table cell (``cell``) or line: pipes and backslashes escaped, and ``&`` and ``<`` as HTML
+    entities, since Markdown renderers pass HTML through (a model named ``<img onerror=...>`` would run wherever the
+    site's leaderboard.md or ``mixbench leaderboard``'s table is rendered); a cell's ``>`` too, while a line keeps
+    it (alone it opens no tag, and the legend orders models with it: ``a > b``)."""
+    s = s.replace("&", "&amp;").replace("<", "&lt;")
+    s = s.replace(">", "&gt;") if cell else s
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -511,11 +519,11 @@ def _render_md(board: Board, d: Display, compact: bool = False) -> str:
     else:
         text = pd.DataFrame(rows, columns=header).to_markdown(index=False, disable_numparse=True)
     first = board.headline()
-    lead = "".join(textwrap.fill(f"**{_escape_md(line)}**" if line == first else _escape_md(line), COMPACT_WIDTH,
-                                 break_on_hyphens=False, break_long_words=False) + "\n"
+    lead = "".join(textwrap.fill(f"**{_escape_md(line, False)}**" if line == first else _escape_md(line, False),
+                                 COMPACT_WIDTH, break_on_hyphens=False, break_long_words=False) + "\n"
                    for line in preamble(board))
     lead += "\n" if lead else ""
-    notes = [textwrap.fill(_escape_md(note), COMPACT_WIDTH, initial_indent="- ", subsequent_indent="  ",
+    notes = [textwrap.fill(_escape_md(note, False), COMPACT_WIDTH, initial_indent="- ", subsequent_indent="  ",
                            break_on_hyphens=False, break_long_words=False) for note in d.legend]
     return lead + text + "\n\n" + "\n".join(notes)
 
