@@ -10,6 +10,7 @@ what it left), with a marker file (``.mixbench-export``) that lets a later ``--f
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ def export_checkpoint(checkpoint: Path | str, out: Path | str, *, results: Any =
                    for k, v in model.state_dict().items()}
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / MODELING_FILE).write_text(_modeling_source(ckpt), encoding="utf-8")
+        _copy_plugin(config, tmp)
         _save_tokenizer(ckpt, tmp)
         _generation_config(config).save_pretrained(tmp)
         runs = _model_runs(results, ckpt) if results is not None else []
@@ -118,6 +120,30 @@ def _config(ckpt: Checkpoint, model) -> modeling_mixbench.MixbenchConfig:
             "corpus_fingerprint": ckpt.meta.get("corpus_fingerprint"),
         },
     )
+
+
+#: top-level packages of mixbench itself: a mixer from anywhere else is a plugin
+_OWN_PACKAGES = ("harness", "mixers", "suites")
+
+
+def _copy_plugin(config: modeling_mixbench.MixbenchConfig, folder: Path) -> None:
+    """A plugin mixer defined in one top-level file is copied beside the modeling file, and ``config.json`` records
+    its module, file name and sha256 (harness/hf/modeling_mixbench.py, ``import_mixer``), so the folder loads
+    where the plugin is not installed. A plugin inside a package stays a requirement (named on load)."""
+    import sys
+
+    module = config.mixer_source.rsplit(".", 1)[0]
+    if not module or module.split(".")[0] in _OWN_PACKAGES:
+        return
+    file = getattr(sys.modules.get(module), "__file__", None)
+    single = "." not in module and module != "__main__" and bool(file) and str(file).endswith(".py")
+    if not single or Path(file).name == "__init__.py":
+        config.mixbench_plugin = {"module": module}
+    else:
+        data = Path(file).read_bytes()
+        (folder / f"{module}.py").write_bytes(data)
+        config.mixbench_plugin = {"module": module, "file": f"{module}.py", "sha256": hashlib.sha256(data).hexdigest()}
+    config.save_pretrained(folder)
 
 
 def model_tokenizer(ckpt: Checkpoint):

@@ -7,6 +7,11 @@ backbone and mixer code (``pip install mixbench`` is the one requirement, as fla
 the exported weights into it. The file therefore imports only torch, transformers and mixbench's public
 modules, and the copy in a folder is exactly the code the tests run.
 
+A plugin mixer registers when its module is imported, so :func:`import_mixer` imports it before anything looks
+the mixer up: the installed module, else (a single-file plugin) the copy ``mixbench export`` put in the model's
+folder, checked against the sha256 in ``config.json``'s ``mixbench_plugin``. Plain ``transformers``, lm-eval's
+``hf`` model and ``mixbench eval --hf-model`` then load a plugin model in a fresh process without ``--plugin``.
+
 Faithfulness: the mixer's source fingerprint and the backbone's are written into ``config.json`` at export; a
 different mixbench whose code would compute other numbers from the same weights is refused when the model is
 built (``mixbench_allow_code_change=True`` in ``from_pretrained`` accepts it, and a warning says so).
@@ -20,8 +25,12 @@ mixer's state, so a batch with a zero at the start of the attention mask is refu
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,10 +55,12 @@ class MixbenchConfig(PretrainedConfig):
         backbone: dict[str, Any] | None = None,
         mixbench_code: dict[str, str] | None = None,
         mixbench_allow_code_change: bool = False,
+        mixbench_plugin: dict[str, str] | None = None,
         use_cache: bool = True,
         **kwargs: Any,
     ):
         self.mixer = mixer
+        self.mixbench_plugin = dict(mixbench_plugin or {})
         self.mixer_config = dict(mixer_config or {})
         self.mixer_source = mixer_source
         self.backbone = dict(backbone or {"d_model": 64, "n_layers": 2, "context": 128, "vocab_size": 512})
@@ -67,11 +78,47 @@ class MixbenchConfig(PretrainedConfig):
 
 def _model_spec(config: MixbenchConfig):
     from harness.config import BackboneConfig, ModelSpec
+
+    import_mixer(config)
+    return ModelSpec(config.mixer, dict(config.mixer_config), BackboneConfig(**config.backbone))
+
+
+def import_mixer(config: MixbenchConfig) -> None:
+    """Register the model's mixer before anything looks it up: a plugin mixer registers when its module is
+    imported. An installed module is imported; else a single-file plugin the export copied beside this file
+    (``mixbench_plugin``: its module, file and sha256) is loaded from the model's folder, once its bytes match."""
     from harness.registry import MIXERS
 
-    if config.mixer not in MIXERS.names() and config.mixer_source:
-        importlib.import_module(config.mixer_source.rsplit(".", 1)[0])  # a plugin mixer registers on import
-    return ModelSpec(config.mixer, dict(config.mixer_config), BackboneConfig(**config.backbone))
+    if config.mixer in MIXERS.names() or not config.mixer_source:
+        return
+    module = config.mixer_source.rsplit(".", 1)[0]
+    plugin = dict(getattr(config, "mixbench_plugin", None) or {})
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0] and exc.name != module:
+            raise  # the plugin is there but imports something missing: that message says what
+        folder = Path(str(getattr(config, "_name_or_path", "") or ""))
+        file = folder / str(plugin.get("file", ""))
+        if not plugin.get("file") or not file.is_file():
+            raise RuntimeError(
+                f"this model's mixer '{config.mixer}' comes from the plugin module {module}, which is not installed "
+                f"here{' and not beside the model' if plugin.get('file') else ''}: install it (pip install the "
+                "package that provides it, or put its file on PYTHONPATH).") from None
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        if digest != plugin.get("sha256"):
+            raise RuntimeError(f"{file} is not the plugin the model was exported with (sha256 {digest[:16]} instead "
+                               f"of {str(plugin.get('sha256'))[:16]}): export the model again.") from None
+        spec = importlib.util.spec_from_file_location(module, file)
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[module] = loaded
+        try:
+            spec.loader.exec_module(loaded)
+        except BaseException:
+            del sys.modules[module]
+            raise
+    if config.mixer not in MIXERS.names():
+        raise RuntimeError(f"importing {module} did not register the mixer '{config.mixer}'.")
 
 
 def code_fingerprints(mixer: str) -> dict[str, str]:
@@ -127,6 +174,7 @@ class MixbenchForCausalLM(PreTrainedModel, GenerationMixin):
         super().__init__(config)
         from harness.model.backbone import build_model
 
+        import_mixer(config)  # before the code check looks the mixer up
         _check_code(config)
         self.model = build_model(_model_spec(config))
         self.post_init()
