@@ -155,14 +155,25 @@ def test_the_documented_lm_eval_command_and_eval_hf_model_run_without_the_plugin
 
 
 def test_an_edited_plugin_copy_is_refused(exported, tmp_path):
+    """The copy is checked before it runs: loaded in-process under a module name nothing has imported, an edited
+    copy never executes (it would register its mixer)."""
     import shutil
+
+    from harness.hf.modeling_mixbench import MixbenchConfig, import_mixer
+    from harness.registry import MIXERS
 
     _, _, folder = exported
     edited = tmp_path / "edited"
     shutil.copytree(folder, edited)
-    (edited / f"{PLUGIN}.py").write_text(SOURCE.replace("0.8", "0.9"))
-    code = "import sys; from transformers import AutoModelForCausalLM; " \
-           "AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)"
-    done = subprocess.run([sys.executable, "-c", code, str(edited)], cwd=tmp_path, env=_fresh_env(tmp_path),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0 and "is not the plugin the model was exported with" in done.stderr
+    config = json.loads((edited / "config.json").read_text())
+    plugin = dict(config["mixbench_plugin"], module="hf_plugin_edited", file="hf_plugin_edited.py")
+    (edited / "hf_plugin_edited.py").write_text(SOURCE.replace(MIXER, "_hf_plugin_edited").replace("0.8", "0.9"))
+    cfg = MixbenchConfig(mixer="_hf_plugin_edited", mixer_source="hf_plugin_edited.PluginDecay",
+                         backbone=config["backbone"], mixbench_plugin=plugin)
+    cfg._name_or_path = str(edited)
+    with pytest.raises(RuntimeError, match="is not the plugin the model was exported with"):
+        import_mixer(cfg)
+    assert "_hf_plugin_edited" not in MIXERS.names() and "hf_plugin_edited" not in sys.modules
+    cfg._name_or_path = str(tmp_path / "nowhere")
+    with pytest.raises(RuntimeError, match="which is not installed here and not beside the model"):
+        import_mixer(cfg)
