@@ -69,8 +69,8 @@ def export_checkpoint(checkpoint: Path | str, out: Path | str, *, results: Any =
         _save_tokenizer(ckpt, tmp)
         _generation_config(config).save_pretrained(tmp)
         runs = _model_runs(results, ckpt) if results is not None else []
-        (tmp / "README.md").write_text(model_card(ckpt, config.to_dict(), model.num_parameters(), runs),
-                                       encoding="utf-8")
+        card = model_card(ckpt, config.to_dict(), model.num_parameters(), runs, results=results)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     files = tuple(sorted(p.name for p in out.iterdir() if p.name != EXPORT_MARKER))
     return ExportResult(out, files, model.num_parameters(), len(runs))
 

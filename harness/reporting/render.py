@@ -485,6 +485,10 @@ def _escape_md(s: str, cell: bool = True) -> str:
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+#: the public name of :func:`_escape_md`, for other writers of Markdown from the store's text (the model card)
+escape_md = _escape_md
+
+
 def _escape_latex(s: str) -> str:
     out = []
     for ch in s:
