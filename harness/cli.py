@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import sys
 import time
@@ -34,8 +35,9 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default: the preset's)")
     p.add_argument("--tokenizer-file", default=None, help="a pretrained tokenizers JSON instead of training a BPE")
     p.add_argument("--tokens", type=int, default=None, help="training token budget (default: the preset's)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per training step (default: the preset's)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: the mixer's tuned recipe, else the preset's)")
     p.add_argument("--max-train-docs", type=int, default=None, help="train on at most this many documents (0 = all)")
     p.add_argument("--skip-bad-rows", action="store_true", default=None,
                    help="leave out (and count) json/parquet rows without a string text field instead of failing")
@@ -50,6 +52,7 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                         "preset's reference mixer's (the presets' default); none: one MLP width (docs/protocol.md)")
     p.add_argument("--force", action="store_true", help="redo work that already exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--yes", action="store_true", help="train models estimated to take longer than the time limit")
 
 
 def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.ArgumentParser:
@@ -85,13 +88,13 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when present, else cpu)")
 
     p = sub.add_parser("train", parents=[_common(False)], help="train a model into a checkpoint folder")
-    p.add_argument("--mixer", required=True)
+    p.add_argument("--mixer", required=True, help="a registered mixer name (`mixbench mixers` lists them)")
     p.add_argument("--out", required=True, help="checkpoint folder (resumed if it holds a partial run)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="training seed: initialisation and data order (default: 0)")
     _training_args(p)
 
     p = sub.add_parser("eval", parents=[_common()], help="score a checkpoint (or a transformers model) with a suite")
-    p.add_argument("--suite", required=True)
+    p.add_argument("--suite", required=True, help="the suite that scores it (`mixbench suites` lists them)")
     p.add_argument("--checkpoint", default=None, help="checkpoint folder (written by `mixbench train`)")
     p.add_argument("--hf-model", default=None, metavar="PATH_OR_NAME",
                    help="a transformers causal LM (folder or hub name) instead of a checkpoint: scored with its own "
@@ -103,11 +106,13 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
                                                  "their own models (synthetic)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="with --mixer")
     p.add_argument("--preset", default="quick", help="with --mixer: the backbone (default: quick, as train and run)")
-    p.add_argument("--suite-config", nargs="*", default=[], metavar="KEY=VALUE")
-    p.add_argument("--device", default=None)
-    p.add_argument("--kernel", default=None)
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--suite-config", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="suite config fields (`mixbench suites NAME` lists them; lists: a,b,c)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    p.add_argument("--kernel", default=None,
+                   help="force a mixer kernel, e.g. reference (default: the fastest for the device; recorded)")
+    p.add_argument("--force", action="store_true", help="score again a run the store already holds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _gate_args(p)
 
     p = sub.add_parser("export", parents=[_common()], help="write a checkpoint as a transformers model folder")
@@ -178,9 +183,9 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
                                                 "plans/reproduce.yaml for nightly use")
     p.add_argument("--scale", default="cpu", choices=("tiny", "cpu", "gpu"),
                    help="protocol size: cpu (default, this machine), gpu (the source's own scale), tiny (a smoke test)")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: the plan's, else cuda when available)")
     p.add_argument("--force", action="store_true", help="redo runs the store already holds")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("tune", parents=[_common()],
                        help="choose each mixer's learning rate (and other training values) on validation into the "
@@ -202,30 +207,41 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
                         "before the project's own harness/recipes/)")
     p.add_argument("--mixer-config", nargs="*", default=[], metavar="KEY=VALUE", help="with one mixer: its config")
     p.add_argument("--tokens", type=int, default=None, help="training token budget (default: the preset's)")
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per training step (default: the preset's)")
     p.add_argument("--data", default=None, help="'embedded' (default), a local file/folder, or hub:NAME")
     p.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default: the preset's)")
     p.add_argument("--max-train-docs", type=int, default=None, help="train on at most this many documents (0 = all)")
     p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
                    help="backbone overrides, e.g. residual_gates=all (docs/protocol.md)")
     p.add_argument("--match", default=None, choices=("params", "none"), help="as for run (default: the preset's)")
+    p.add_argument("--yes", action="store_true", help="train models estimated to take longer than the time limit")
     p.add_argument("--split", default="validation",
                    help="the held-out split the objective reads: validation (default) or validation_ood; a test split "
                         "is refused (docs/protocol.md)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _gate_args(p)
 
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
-    p.add_argument("--preset", default="quick")
+    p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large (default: quick)")
     p.add_argument("--seeds", default="0",
                    help="comma-separated training seeds (default: 0; the reference board runs 0,1,2)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _gate_args(p)
     _suite_commands(sub, suite_commands)
     _no_abbreviations(parser)
     return parser
+
+
+def _refuse_unknown_command(parser: argparse.ArgumentParser, command: str) -> None:
+    """A mistyped command in one line with the closest name (argparse prints its usage and every name)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if command in sub.choices:
+        return
+    close = difflib.get_close_matches(command, list(sub.choices), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"the commands are {', '.join(sub.choices)}."
+    raise MixbenchError(f"unknown command '{command}'; {hint} (`mixbench --help` says what each does)")
 
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
@@ -263,7 +279,26 @@ def _suite_commands(sub, index: list[list[str]] | None = None) -> None:
             taken.add(command.name)
             p = sub.add_parser(command.name, parents=[_common()], help=command.help)
             command.configure(p)
+            _usual_help(p)
             p.set_defaults(suite_command=command.run)
+
+
+#: what the usual options of a suite's own subcommand do, for those it declares without help text
+_USUAL_HELP = {
+    "--no-progress": "no progress bars",
+    "--device": "cpu or cuda (default: cuda when available)",
+    "--force": "redo runs the store already holds",
+    "--checkpoint": "checkpoint folder (written by `mixbench train`)",
+    "--batch-size": "batch size (default: the suite's)",
+}
+
+
+def _usual_help(p: argparse.ArgumentParser) -> None:
+    """Fill in :data:`_USUAL_HELP` where a suite's option has no help: `--help` says what every option does (the
+    text is here, not in the suites, whose source is part of their runs' identity)."""
+    for action in p._actions:
+        if not action.help:
+            action.help = next((_USUAL_HELP[o] for o in action.option_strings if o in _USUAL_HELP), None)
 
 
 def suite_command_index(plugins: list[str]) -> list[list[str]]:
@@ -356,9 +391,13 @@ def cmd_mixers(args: argparse.Namespace) -> int:
     from harness.reporting.listings import cached, printed
 
     if args.table is not None:
+        from harness.config import get_preset
         from harness.reporting import mixer_table
 
-        print(mixer_table.render(mixer_table.mixer_costs(args.table), args.table), end="")
+        get_preset(args.table)  # an unknown preset is refused before it names a cache file
+        # building every mixer takes 15-20 s: cached like the listings, under the fingerprint of the mixers'
+        # code and the installed packages (their kernels change the defaults)
+        print(cached(f"mixer-table-{args.table}", args.plugin, lambda: mixer_table.table_text(args.table)), end="")
         return 0
 
     print(cached(f"mixers-{args.config or ''}", args.plugin, printed(lambda: _list_mixers(args))), end="")
@@ -475,6 +514,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from harness.model.memory import check_training
 
     check_training(spec.model.backbone, spec.train.batch_size, device, f"training {args.mixer}")
+    from harness.running.training_time import check_training_time, training_label
+
+    check_training_time(spec, device, args.yes, training_label(spec))
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise MixbenchError(f"--out {out} is a file; pass a folder for the checkpoint.")
@@ -583,7 +625,7 @@ def _run_grid(
         suite_overrides=suite_overrides or {},
         options=JobOptions(device=_device(args.device), kernel=getattr(args, "kernel", None),
                            force=getattr(args, "force", False), progress=not args.no_progress,
-                           skip_gate=getattr(args, "skip_gate", False)),
+                           skip_gate=getattr(args, "skip_gate", False), yes=getattr(args, "yes", False)),
         controls=controls,
         match=getattr(args, "match", None),
     )
@@ -748,7 +790,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         data_overrides={k: v for k, v in {"source": args.data, "vocab_size": args.vocab_size,
                                           "max_train_docs": args.max_train_docs}.items() if v is not None},
         match=args.match, device=_device(args.device), progress=not args.no_progress, skip_gate=args.skip_gate,
-        split=args.split,
+        split=args.split, yes=args.yes,
     )
     points = 1
     for values in req.grid.values():
@@ -764,7 +806,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from harness.registry import TARGETS
     from harness.running.reproduce import (
-        REPRODUCED, planned_steps, render_listing, render_result, run_target, save_record,
+        REPRODUCED, planned_steps, render_listing, render_result, run_target, save_record, verdict_note,
     )
     from harness.store.results import ResultsStore
 
@@ -796,7 +838,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         print(render_result(result), flush=True)
         results.append(result)
     if len(results) > 1:
-        print("\n" + "\n".join(f"{r.name:<28} {r.verdict}" for r in results))
+        print("\n" + "\n".join(f"{r.name:<28} {r.verdict}" + (f" ({note})" if (note := verdict_note(r.scale)) else "")
+                                for r in results))
     return 0 if all(r.verdict == REPRODUCED for r in results) else 1
 
 
@@ -856,7 +899,10 @@ def _main(argv: list[str]) -> int:
         if runs_a_suite_command and {"-h", "--help"} & set(argv):
             print(suite_command_help(command, plugins), end="")
             return 0
-        args = build_parser(None if runs_a_suite_command else index).parse_args(argv)
+        parser = build_parser(None if runs_a_suite_command else index)
+        if argv and argv[0] == command:
+            _refuse_unknown_command(parser, command)
+        args = parser.parse_args(argv)
     except MixbenchError as exc:
         print(f"mixbench: error: {exc}", file=sys.stderr)
         return 2

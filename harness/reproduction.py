@@ -32,6 +32,15 @@ from harness.errors import MixbenchError
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 SCALES = ("tiny", "cpu", "gpu")
+#: scales whose runs only exercise the pipeline: a verdict there is said to mean nothing wherever it is shown
+SMOKE_SCALES = ("tiny",)
+SMOKE_NOTE = "a smoke run: the verdict means nothing at this scale; docs/reproductions.md"
+
+
+def verdict_note(scale: str) -> str:
+    """What a verdict line at ``scale`` must say beside the verdict ("" at a scale whose verdicts mean something):
+    a bare REPRODUCED at scale tiny read as a result."""
+    return SMOKE_NOTE if scale in SMOKE_SCALES else ""
 
 
 @dataclass(frozen=True)
@@ -152,14 +161,23 @@ class Target:
         raise NotImplementedError
 
     def protocol(self, scale: str) -> str:
-        """The steps at ``scale`` in one line each (``mixbench reproduce --list``)."""
-        out = []
+        """The steps at ``scale``, those that share a suite config, preset and training in one part with every
+        mixer of them (each with its own mixer config): a target that scores two configs of one mixer and a
+        control under one suite config used to repeat that config three times (``mixbench reproduce --list``)."""
+        parts: dict[str, list[str]] = {}
         for s in self.steps(scale):
             cfg = ", ".join(f"{k}={v}" for k, v in s.suite_config.items()) or "defaults"
             train = ", ".join(f"{k}={v}" for k, v in {**s.train, **s.data}.items())
             where = f"preset {s.preset}" + (f" ({train})" if train else "")
-            controls = f" + controls {', '.join(s.controls)}" if s.controls else ""
-            out.append(f"{s.suite} [{cfg}] on {', '.join(s.mixers)}{controls}, {where}")
+            mixers = parts.setdefault(f"{s.suite} [{cfg}]\0{where}", [])
+            for mixer in s.mixers:
+                config = ", ".join(f"{k}={v}" for k, v in s.mixer_configs.get(mixer, {}).items())
+                mixers.append(f"{mixer} ({config})" if config else mixer)
+            mixers += [f"control {c}" for c in s.controls]
+        out = []
+        for key, mixers in parts.items():
+            suite, where = key.split("\0")
+            out.append(f"{suite} on {', '.join(dict.fromkeys(mixers))}, {where}")
         return "; ".join(out)
 
 
@@ -251,9 +269,10 @@ class ReproductionRecord:
                    "verdict": c.verdict, "note": c.note, "counts": c.counts, "precondition": c.precondition}
                   for c in self.checks]
         body = {"version": RECORD_VERSION, "target": self.target, "scale": self.scale, "verdict": self.verdict,
-                "checks": checks, "wall_s": self.wall_s, "written_at": self.written_at, "git": self.git,
-                "device": self.device, "source": self.source, "published": self.published, "checked": self.checked,
-                "protocol": self.protocol, "departures": self.departures, "run_ids": list(self.run_ids)}
+                "verdict_note": verdict_note(self.scale), "checks": checks, "wall_s": self.wall_s,
+                "written_at": self.written_at, "git": self.git, "device": self.device, "source": self.source,
+                "published": self.published, "checked": self.checked, "protocol": self.protocol,
+                "departures": self.departures, "run_ids": list(self.run_ids)}
         return json.dumps(body, indent=1, allow_nan=False) + "\n"
 
     @classmethod

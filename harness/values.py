@@ -350,7 +350,7 @@ def _float(value: Any, info: FieldInfo) -> float:
         raise _Mismatch("a boolean")
     if isinstance(value, numbers.Real):
         number = float(value)
-    elif isinstance(value, str) and value.strip().lower() not in _TRUE + _FALSE:
+    elif isinstance(value, str):  # "0" and "1" are numbers here; "true"/"yes" are not (float() refuses them)
         try:
             number = float(value.strip())
         except ValueError:

@@ -161,13 +161,14 @@ def test_every_built_in_target_runs_its_pipeline_at_scale_tiny(tmp_path):
     for name in TARGETS.names():
         assert f"\n{name} (scale tiny" in "\n" + out.stdout, (name, out.stdout)
     assert "missing" not in out.stdout, out.stdout
-    summary = out.stdout.splitlines()[-len(TARGETS.names()):]  # one line per target: name, verdict
+    summary = out.stdout.splitlines()[-len(TARGETS.names()):]  # one line per target: name, verdict (its note)
     assert [line.split()[0] for line in summary] == TARGETS.names()
-    assert all(line.split(None, 1)[1].strip() in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE) for line in summary)
+    assert all("the verdict means nothing at this scale" in line for line in summary)
+    verdicts = {line.split()[0]: line.split(None, 1)[1].split(" (")[0].strip() for line in summary}
+    assert set(verdicts.values()) <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
     site = _cli("publish", "--results", str(tmp_path / "store"), "--out", str(tmp_path / "site"))
     assert site.returncode == 0, site.stderr[-3000:]
     page = (tmp_path / "site" / "reproductions.html").read_text()
-    verdicts = dict(line.split(None, 1) for line in summary)
     for name in TARGETS.names():  # every target's verdict, as the command printed it, and its plot
         assert f"{name} <small>(scale tiny)</small>: <span class=" in page and verdicts[name].strip() in page, name
     assert len(list((tmp_path / "site" / "reproductions").glob("*.png"))) == len(TARGETS.names())
@@ -187,3 +188,56 @@ def test_the_nightly_reproduce_plan_names_every_built_in_target(tmp_path):
         bad.write_text(text)
         with pytest.raises(MixbenchError, match=message):  # ConfigError, or UnknownNameError for a name
             load_reproduce_plan(str(bad))
+
+
+def test_the_gpu_scale_off_a_gpu_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """It used to train a 16k-token tokenizer and start the GPU protocol on the CPU without a word."""
+    import torch
+
+    from tests.conftest import main
+
+    cache, store = tmp_path / "cache", tmp_path / "store"
+    monkeypatch.setenv("MIXBENCH_CACHE", str(cache))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["reproduce", "controls", "--scale", "gpu", "--results", str(store), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "--scale gpu runs the sources' GPU-sized protocols" in err and "no CUDA device" in err, err
+    assert not store.exists()
+    assert [p for p in cache.rglob("*") if p.is_file() and "listings" not in p.parts] == []  # no tokenizer
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine asked for the CPU
+    assert main(["reproduce", "controls", "--scale", "gpu", "--device", "cpu", "--results", str(store)]) == 2
+    assert "--device cpu would run them on the CPU" in capsys.readouterr().err and not store.exists()
+
+
+def test_a_verdict_at_the_smoke_scale_says_it_means_nothing_on_its_own_line(tmp_path):
+    from harness.reporting.site_reproductions import reproductions_body
+    from harness.reproduction import ReproductionRecord, SMOKE_NOTE
+    from harness.running.reproduce import TargetResult, render_result
+
+    checks = [Check("a check", 0.5, True, Measured(0.9, 0.8, 0.95, "wilson 95%"))]
+    tiny = render_result(TargetResult("my-claim", "tiny", checks, 3.0)).splitlines()[0]
+    assert tiny == f"my-claim (scale tiny, 3 s): REPRODUCED ({SMOKE_NOTE})"
+    assert render_result(TargetResult("my-claim", "cpu", checks, 3.0)).splitlines()[0] == \
+        "my-claim (scale cpu, 3 s): REPRODUCED"
+    records = [ReproductionRecord("my-claim", scale, tuple(checks), 3.0, "2026-01-01T00:00:00+00:00", None, "cpu",
+                                  "s", "p", "c", "proto", "d") for scale in ("tiny", "cpu")]
+    assert [json.loads(r.to_json())["verdict_note"] for r in records] == [SMOKE_NOTE, ""]
+    page = reproductions_body(records, [], set(), {})
+    heading = next(line for line in page.splitlines() if line.startswith("<h2") and "scale tiny" in line)
+    assert "means nothing at this scale" in heading
+    assert "means nothing" not in next(line for line in page.splitlines() if "scale cpu" in line and "<h2" in line)
+
+
+def test_the_listing_is_accurate_and_names_each_config_once(capsys):
+    """deltaproduct-s3's mixer is registered (its cost is measured), and its three steps under one suite config
+    read as that config once with each mixer config, not the config three times."""
+    from tests.conftest import main
+
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("\ndeltaproduct-s3\n")[1].split("\n\n")[0]
+    assert "not registered" not in block and "148 s at scale cpu" in block, block
+    protocol = next(line for line in block.splitlines() if line.strip().startswith("protocol:"))
+    assert protocol.count("tasks=s3") == 1, protocol
+    assert "num_householder=2" in protocol and "num_householder=1" in protocol and protocol.count(", none") == 1

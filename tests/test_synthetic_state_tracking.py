@@ -215,3 +215,33 @@ def test_a_perfect_reader_scores_one_everywhere():
 
         hits, mask = position_hits(oracle, data, 16)
         assert hits.all() and window_scores(hits, mask, length - 1, length).accuracy == 1.0
+
+
+def test_sizes_past_their_bounds_are_refused_in_one_sentence(tmp_path, capsys):
+    """A mod-add modulus of 10^9 passed validation and ended in a MemoryError after 168 s: every size of a task
+    setting that drives memory (modulus, vocabulary, length, examples, and the tested lengths and splits) has a
+    bound, checked when the config is built, named with its reason."""
+    import time
+
+    from tests.conftest import main
+
+    store = tmp_path / "store"
+    t0 = time.perf_counter()
+    code = main(["eval", "--suite", "synthetic", "--mixer", "none", "--preset", "tiny", "--suite-config",
+                 "tasks=mod-add", "settings=mod-add:modulus=1000000000", "--results", str(store), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "mod-add: modulus must be at most 1,024, got 1,000,000,000" in err and "Cayley table" in err, err
+    assert time.perf_counter() - t0 < 60 and not store.exists()
+    for tasks, settings, message in (
+        ("mqar", "mqar:vocab_size=1000000", "vocab_size must be at most 65,536"),
+        ("in-context-recall", "in-context-recall:seq_len=100000", "seq_len must be at most 16,384"),
+        ("compression", "compression:num_train_examples=100000000", "num_train_examples must be at most"),
+        ("compression", "compression:num_train_examples=9000000,seq_len=64", "training split's tokens"),
+        ("parity", "parity:seq_len=8192", "longest tested length"),  # tested at 4 x 8,192
+    ):
+        with pytest.raises(ConfigError, match=message):
+            SyntheticConfig(tasks=tasks, settings=settings)
+    with pytest.raises(ConfigError, match="test_examples must be at most"):
+        SyntheticConfig(tasks="parity", test_examples=10**8)
+    assert ModAddConfig(modulus=1024).group_size == 1024  # the bound itself is allowed, its size not listed

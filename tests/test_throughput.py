@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,9 @@ def test_out_of_memory_point_is_recorded_and_the_sweep_continues(tmp_path):
         model, ctx = tiny_model("protot"), SuiteContext(None, {str(tmp_path)!r}, progress=False)
         warm = ThroughputConfig(lengths=(16, 32), batch_sizes=(256,), repeats=1, reference="")
         Throughput(warm).run(model, ctx)  # OpenMP's threads start uncapped, as in a process that has run anything
-        cfg = ThroughputConfig(lengths=(16, 4096), batch_sizes=(256,), repeats=1, reference="", memory_cap_mb=2)
+        # no time bound: 4096 is predicted far over 30 s from 16, and not even tried, which is not what this tests
+        cfg = ThroughputConfig(lengths=(16, 4096), batch_sizes=(256,), repeats=1, reference="", memory_cap_mb=2,
+                               max_point_seconds=1e9)
         result = Throughput(cfg).run(model, SuiteContext(None, {str(tmp_path)!r}, progress=False))
         print(json.dumps(result.samples))
     """)
@@ -206,6 +209,57 @@ def test_a_slow_first_call_skips_the_longer_lengths():
     points, blocked = measure_points(models, "prefill", (8, 16), 1, torch.device("cpu"), TimingPlan(repeats=2), 2,
                                      None, max_call_seconds=0.0)
     assert points["a"][8].status == "ok" and points["a"][16].status == "skipped" and blocked["a"].startswith("skipped")
+
+
+def test_default_lengths_scale_with_the_models_context(tmp_path):
+    """The default grid is the context and a few multiples (preset tiny: 128-1,024 tokens, not 256-8,192), and the
+    suite times it when no lengths are given."""
+    from harness.config import get_preset
+    from suites.throughput import default_lengths
+
+    assert default_lengths(get_preset("tiny").backbone["context"], "cpu") == (128, 256, 512, 1024)
+    assert default_lengths(256, "cpu") == (256, 512, 1024, 2048)
+    assert default_lengths(4096, "cpu") == (4096, 8192)
+    assert default_lengths(131072, "cpu") == (1024, 2048, 4096, 8192)  # an external model's long context
+    assert default_lengths(128, "cuda") == (128, 256, 512, 1024, 2048, 4096)
+    cfg = ThroughputConfig(modes=("prefill",), repeats=1, reference="", floor="")
+    result = Throughput(cfg).run(tiny_model("none"), SuiteContext(None, tmp_path, progress=False))
+    assert result.info["lengths"] == [16, 32, 64, 128] and result.info["sweep_cut"] == []
+
+
+def test_max_point_seconds_bounds_each_point_and_cuts_the_sweep(tmp_path):
+    """A planted bound: the model's forward sleeps 2 ms per token, so a prefill point's least work (its first call
+    and four more) is about 80 ms at T=8, 160 ms at 16 and 320 ms at 32. Under max_point_seconds=0.25, 8 and 16 are
+    timed; 32 is predicted over the bound from 16 and never called, nor 64, and the run's info says where and why.
+    (The bound used to be checked only per round, after every first call of the sweep.)"""
+    slept: list[int] = []
+
+    def slow(module, args):
+        slept.append(args[0].shape[1])
+        time.sleep(0.002 * args[0].shape[1])
+
+    model = tiny_model("none")
+    model.register_forward_pre_hook(slow)
+    cfg = ThroughputConfig(lengths=(8, 16, 32, 64), modes=("prefill",), repeats=2, reference="", floor="",
+                           max_point_seconds=0.25)
+    result = Throughput(cfg).run(model, SuiteContext(None, tmp_path, progress=False))
+    assert {s["length"]: s["status"] for s in result.samples} == {8: "ok", 16: "ok", 32: "skipped", 64: "skipped"}
+    assert set(slept) == {8, 16}  # the longer lengths were never called
+    assert sum(0.002 * t for t in slept) <= 2 * 0.25  # each timed point kept within its bound
+    [cut] = result.info["sweep_cut"]
+    assert (cut["model"], cut["mode"], cut["from_length"]) == ("measured", "prefill", 32)
+    assert "stopped at T=32" in cut["reason"] and "max_point_seconds=0.25" in cut["reason"], cut
+    assert result.info["max_point_seconds"] == 0.25
+
+
+def test_an_over_budget_point_drops_its_costliest_model_and_the_sweep_stops_with_the_measured_one():
+    from suites.throughput.measure import _over_budget
+
+    assert _over_budget({"measured": 0.1, "reference": 0.2}, "measured", 0.5, 64, "measured") == {}
+    dropped = _over_budget({"measured": 0.1, "reference": 0.3, "floor": 0.05}, "measured", 0.25, 64, "measured")
+    assert list(dropped) == ["reference"] and "T=64" in dropped["reference"]  # the mixer goes on without it
+    stopped = _over_budget({"measured": 0.3, "reference": 0.1}, "measured", 0.25, 64, "predicted")
+    assert set(stopped) == {"measured", "reference"} and "the sweep stopped at T=64" in stopped["measured"]
 
 
 def test_the_exponent_of_interleaved_lengths_is_bootstrapped_paired():

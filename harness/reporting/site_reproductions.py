@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.reproduction import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ReproductionRecord
+from harness.reproduction import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ReproductionRecord, verdict_note
 from harness.reporting.site_html import esc, href, kv_table, slug, table_html
 
 PAGE = "reproductions.html"
@@ -49,7 +49,8 @@ def reproductions_body(records: list[ReproductionRecord], problems: list[str], r
     for r in records:
         counted = [c for c in r.checks if c.counts]
         met = sum(c.verdict == REPRODUCED for c in counted)
-        rows.append([f'<a href="#{esc(record_anchor(r))}">{esc(r.target)}</a>', esc(r.scale), _verdict_html(r.verdict),
+        rows.append([f'<a href="#{esc(record_anchor(r))}">{esc(r.target)}</a>', esc(r.scale),
+                     _verdict_html(r.verdict) + _note_html(r.scale),
                      esc(f"{met} of {len(counted)}"), esc(_duration(r.wall_s)), esc(r.written_at),
                      esc(r.git or "unknown")])
         raw.append([r.target, r.scale, r.verdict, met, r.wall_s, r.written_at, r.git or ""])
@@ -81,7 +82,7 @@ def _section(r: ReproductionRecord, run_ids: set[str], plot: str | None) -> str:
               "reproduced, red: not reproduced, grey: inconclusive.</figcaption></figure>") if plot else ""
     return "\n".join([
         f'<h2 id="{esc(record_anchor(r))}">{esc(r.target)} <small>(scale {esc(r.scale)})</small>: '
-        f"{_verdict_html(r.verdict)}</h2>",
+        f"{_verdict_html(r.verdict)}{_note_html(r.scale)}</h2>",
         kv_table([("source", r.source), ("published claim", r.published), ("checked claim", r.checked),
                   ("protocol", r.protocol), ("departures from the source", r.departures), ("device", r.device),
                   ("wall time", _duration(r.wall_s)), ("run at", r.written_at), ("commit", r.git or "unknown")]),
@@ -92,6 +93,12 @@ def _section(r: ReproductionRecord, run_ids: set[str], plot: str | None) -> str:
         + (f" ({missing} not in this store: published from another store, or deleted)" if missing else "")
         + "</p>",
     ])
+
+
+def _note_html(scale: str) -> str:
+    """The smoke-scale note beside a verdict (:func:`harness.reproduction.verdict_note`), or nothing."""
+    note = verdict_note(scale)
+    return f" <small>({esc(note)})</small>" if note else ""
 
 
 def _verdict_html(verdict: str) -> str:
@@ -132,6 +139,8 @@ def draw_checks(record: ReproductionRecord, path: Path) -> bool:
         label = f"{c.what}  (expected {c.expected}{'; reported only' if not c.counts else ''})"
         ax.set_title(label, fontsize=8, loc="left", parse_math=False)
         ax.tick_params(axis="x", labelsize=7)
-    fig.suptitle(f"{record.target} (scale {record.scale}): {record.verdict}", fontsize=10, parse_math=False)
+    note = verdict_note(record.scale)
+    fig.suptitle(f"{record.target} (scale {record.scale}): {record.verdict}" + (f"\n({note})" if note else ""),
+                 fontsize=10, parse_math=False)
     save(fig, path)
     return True

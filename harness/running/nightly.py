@@ -375,6 +375,7 @@ def run_nightly(
     publish_dir: Path | None = None,
     now: datetime | None = None,
     skip_gate: bool = False,
+    yes: bool = False,
 ) -> NightlyResult:
     """Run the plan's missing work, snapshot, compare with the previous night, write history and plots."""
     from harness.running.runner import run_requests
@@ -383,8 +384,11 @@ def run_nightly(
         publish_site = _publisher()  # fail before the night's work, not after it
     from harness.running.plan_commands import run_sweep
 
-    run_sweep(plan, store, device, progress, skip_gate)
-    reqs = plan.requests(device, progress=progress, plugins=plugins, skip_gate=skip_gate)
+    reqs = plan.requests(device, progress=progress, plugins=plugins, skip_gate=skip_gate, yes=yes)
+    from harness.running.plan_commands import check_requests_time
+
+    check_requests_time(reqs)  # a rung estimated past the time limit stops the night before any work
+    run_sweep(plan, store, device, progress, skip_gate, yes)
     grid = run_requests(reqs, store, executor, keep_going=True)
     result = record_night(plan, store, grid, now)
     if publish_dir is not None:

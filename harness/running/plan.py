@@ -239,9 +239,10 @@ class Plan:
 
     def requests(
         self, device: str, force: bool = False, progress: bool = True, plugins: tuple[str, ...] = (),
-        skip_gate: bool = False,
+        skip_gate: bool = False, yes: bool = False,
     ) -> list[GridRequest]:
-        """One :class:`GridRequest` per preset and ladder rung (the runner turns them into jobs)."""
+        """One :class:`GridRequest` per preset and ladder rung (the runner turns them into jobs; a rung whose
+        training is estimated past the time limit is refused there unless ``yes``)."""
         return [
             GridRequest(
                 preset=preset,
@@ -254,7 +255,8 @@ class Plan:
                 data_overrides=dict(self.data),
                 suite_overrides={s: dict(c) for s, c in self.suite_configs.items()},
                 options=JobOptions(device=device, kernel=self.kernel, force=force, progress=progress,
-                                   resources=self.resources, plugins=tuple(plugins), skip_gate=skip_gate),
+                                   resources=self.resources, plugins=tuple(plugins), skip_gate=skip_gate,
+                                   yes=yes),
                 controls=None if self.controls is None else list(self.controls),
                 match=self.match,
             )

@@ -15,7 +15,7 @@ from harness.errors import MixbenchError
 # Options of `mixbench run` that a plan file may sit beside; every other grid option belongs in the plan.
 _PLAN_COMPATIBLE = {
     "command", "plan", "results", "plugin", "executor", "address", "workers", "ray_cpus", "ray_gpus",
-    "ray_object_store_mb", "force", "no_progress", "device", "keep_going", "skip_gate",
+    "ray_object_store_mb", "force", "no_progress", "device", "keep_going", "skip_gate", "yes",
 }
 
 
@@ -38,9 +38,11 @@ def add_nightly_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("plan", help="plan file (YAML)")
     p.add_argument("--publish", default=None, metavar="DIR", help="republish the static site into DIR afterwards")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the plan's, else cuda when available)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--skip-gate", action="store_true",
                    help="score mixers that fail the conformance gate (for debugging; recorded in every result)")
+    p.add_argument("--yes", action="store_true",
+                   help="train models estimated to take longer than the time limit (docs/cli.md)")
     add_executor_args(p)
 
 
@@ -89,16 +91,31 @@ def cmd_run_plan(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     store = ResultsStore(args.results)
     device = plan_device(plan, args.device, args.executor)
-    run_sweep(plan, store, device, not args.no_progress, args.skip_gate)
+    yes = getattr(args, "yes", False)
     reqs = plan.requests(device, force=args.force, progress=not args.no_progress, plugins=tuple(args.plugin),
-                         skip_gate=args.skip_gate)
+                         skip_gate=args.skip_gate, yes=yes)
+    check_requests_time(reqs)  # before the sweep, which trains too
+    run_sweep(plan, store, device, not args.no_progress, args.skip_gate, yes)
     with executor_from_args(args) as executor:
         report = run_requests(reqs, store, executor, keep_going=args.keep_going)
     print(report.render())
     return 1 if report.failures else 0
 
 
-def run_sweep(plan, store, device: str, progress: bool, skip_gate: bool = False) -> None:
+def check_requests_time(reqs) -> None:
+    """Refuse a grid with a model estimated to train past the time limit (unless its options say ``yes``), before
+    any work: the runner checks again, from a cache, before its jobs (:mod:`harness.running.training_time`)."""
+    from harness.model.specs import make_run_spec
+    from harness.running.training_time import check_training_time, training_label
+
+    for req in reqs:
+        for mixer in req.all_mixers():
+            spec = make_run_spec(mixer, req.preset, req.mixer_configs.get(mixer), req.backbone_overrides,
+                                 req.train_overrides, req.data_overrides, match=req.match)
+            check_training_time(spec, req.options.device, req.options.yes, training_label(spec))
+
+
+def run_sweep(plan, store, device: str, progress: bool, skip_gate: bool = False, yes: bool = False) -> None:
     """A plan's ``sweep:``: tune its mixers (controls included) at each preset on validation, with the plan's own
     overrides, into recipes/<preset>.json, which the grid then trains with (docs/protocol.md)."""
     if not plan.sweep:
@@ -115,7 +132,7 @@ def run_sweep(plan, store, device: str, progress: bool, skip_gate: bool = False)
                           mixer_configs={m: dict(c) for m, c in plan.mixer_configs.items()},
                           backbone_overrides=dict(plan.backbone), train_overrides=dict(plan.train),
                           data_overrides=dict(plan.data), match=plan.match, device=device, progress=progress,
-                          skip_gate=skip_gate)
+                          skip_gate=skip_gate, yes=yes)
         print(tune(req, store).render())
 
 
@@ -130,7 +147,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     with executor_from_args(args) as executor:
         result = run_nightly(
             plan, store, executor, device=plan_device(plan, args.device, args.executor), progress=not args.no_progress,
-            plugins=tuple(args.plugin), publish_dir=publish, skip_gate=args.skip_gate,
+            plugins=tuple(args.plugin), publish_dir=publish, skip_gate=args.skip_gate, yes=args.yes,
         )
     print(result.render())
     return result.exit_code

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.errors import MixbenchError
 from harness.reproduction import (
-    REPRODUCED, SCALES, Check, ReproductionRecord, RunIndex, Step, Target, overall, record_path,
+    REPRODUCED, SCALES, Check, ReproductionRecord, RunIndex, Step, Target, overall, record_path, verdict_note,
 )
 
 __all__ = ["REPRODUCED", "ReproducePlan", "TargetResult", "load_reproduce_plan", "planned_steps", "render_listing",
@@ -88,12 +88,27 @@ def planned_steps(target: Target, scale: str, device: str = "cpu") -> list[Step]
 
     if scale not in SCALES:
         raise MixbenchError(f"reproduce: scale must be one of {', '.join(SCALES)}, got '{scale}'.")
+    if scale == "gpu":
+        check_gpu_scale(device)
     steps = target.steps(scale)
     for step in steps:
         for mixer in (*step.mixers, *step.controls):
             MIXERS.get(mixer)
         PlannedRun.make(step.suite, step.suite_config, device=device)
     return steps
+
+
+def check_gpu_scale(device: str) -> None:
+    """Refuse the gpu scale off a GPU: its protocols are the sources' own sizes (a 16k-token tokenizer, models
+    trained for hours), and it used to start them on the CPU without a word."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return
+    why = (f"--device {device} would run them on the CPU" if torch.cuda.is_available() else
+           "this machine has no CUDA device (torch.cuda.is_available() is False)")
+    raise MixbenchError(f"reproduce --scale gpu runs the sources' GPU-sized protocols, but {why}; use --scale cpu "
+                        "for the protocol sized for a CPU, or run it on a GPU machine.")
 
 
 def run_target(target: Target, scale: str, store: Any, device: str = "cpu", progress: bool = True,
@@ -147,7 +162,9 @@ def save_record(store: Any, target: Target, result: TargetResult) -> str:
 
 def render_result(result: TargetResult) -> str:
     """Expected against measured, per check, and the target's verdict."""
-    lines = [f"{result.name} (scale {result.scale}, {result.wall_s:.0f} s): {result.verdict.upper()}"]
+    note = verdict_note(result.scale)
+    lines = [f"{result.name} (scale {result.scale}, {result.wall_s:.0f} s): {result.verdict.upper()}"
+             + (f" ({note})" if note else "")]
     width = max([len(c.what) for c in result.checks] + [5])
     for c in result.checks:
         measured = c.measured.render() if c.measured is not None else "missing"

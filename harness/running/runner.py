@@ -33,6 +33,7 @@ from harness.store.identity import mixer_identity, model_identity, trained_ident
 from harness.running.planned import PlannedRun
 from harness.store.manifest import GateRecord
 from harness.model.memory import check_training
+from harness.running.training_time import check_training_time, training_label
 from harness.store.storage import cache_dir
 from harness.registry import SUITES
 from harness.store.results import ResultsStore
@@ -83,7 +84,8 @@ class Resources:
 @dataclass(frozen=True)
 class JobOptions:
     """How every job of a request runs (its device and kernel, whether to redo work, what to print, what it asks
-    of a scheduler, which ``--plugin`` modules a worker imports first, whether the gate is skipped)."""
+    of a scheduler, which ``--plugin`` modules a worker imports first, whether the gate is skipped, whether a
+    training estimated past the time limit starts anyway: ``--yes``, :mod:`harness.running.training_time`)."""
 
     device: str = "cpu"
     kernel: str | None = None
@@ -92,6 +94,7 @@ class JobOptions:
     resources: Resources = field(default_factory=Resources)
     plugins: tuple[str, ...] = ()
     skip_gate: bool = False
+    yes: bool = False
 
 
 @dataclass
@@ -171,9 +174,10 @@ class PhaseTimer:
     phases: list[tuple[str, float]] = field(default_factory=list)
     echo: bool = True
 
-    def add(self, name: str, seconds: float) -> None:
+    def add(self, name: str, seconds: float, echo: bool = True) -> None:
+        """Record a phase; ``echo=False`` when its line was printed already (the gate prints its own verdict)."""
         self.phases.append((name, seconds))
-        if self.echo:
+        if self.echo and echo:
             print(f"[mixbench] {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
 
     def render(self) -> str:
@@ -275,6 +279,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                 )
                 check_training(spec.model.backbone, spec.train.batch_size, req.options.device,
                                f"training {mixer} at preset {req.preset}")
+                check_training_time(spec, req.options.device, req.options.yes, training_label(spec))
                 pending.append((req, spec, planned))
     store.ensure_writable()
     jobs, seen = [], set()
@@ -312,8 +317,9 @@ def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> l
                                              progress=opts.progress)
             except GateFailed as exc:
                 verdicts[key] = exc
-            if time.perf_counter() - t0 > 0.5:
-                report.add(f"conformance gate of {job.spec.model.mixer}", time.perf_counter() - t0)
+            if time.perf_counter() - t0 > 0.5:  # with progress, require_gate printed "conformance gate passed in"
+                report.add(f"conformance gate of {job.spec.model.mixer}", time.perf_counter() - t0,
+                           echo=not opts.progress)
         verdict = verdicts[key]
         if isinstance(verdict, BaseException):
             if not keep_going:

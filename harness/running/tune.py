@@ -60,6 +60,7 @@ class TuneRequest:
     device: str = "cpu"
     progress: bool = True
     skip_gate: bool = False
+    yes: bool = False  # train models estimated past the time limit (harness.running.training_time)
     #: the held-out split the objective reads (a test split is refused: docs/protocol.md, "Splits")
     split: str = OBJECTIVE_SPLIT
 
@@ -148,9 +149,12 @@ def tune(req: TuneRequest, store: ResultsStore) -> TuneReport:
     t_start = time.perf_counter()
     with selection(f"mixbench tune (preset {req.preset})"):
         check_read(req.split)  # a test split is refused before anything is trained
-    for mixer in req.mixers:  # every value and name is checked before anything is trained
+    from harness.running.training_time import check_training_time, training_label
+
+    for mixer in req.mixers:  # every value and name (and each model's training time) is checked before any work
         for point in grid_points(req.grid):
-            _spec(req, mixer, point, 0)
+            spec = _spec(req, mixer, point, 0)
+            check_training_time(spec, req.device, req.yes, f"tuning: {training_label(spec)}")
     path = _out_path(req)
     book = _existing_book(req)
     _probe_writable(path)  # an unwritable --out fails now, not after hours

@@ -23,6 +23,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit-only", action="store_true", help="train nothing: refit the ladders the store holds")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the plan's, else cuda when available)")
     p.add_argument("--keep-going", action="store_true", help="a failed model does not stop the others")
+    p.add_argument("--yes", action="store_true",
+                   help="train rungs estimated to take longer than the time limit (docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         write_aggregate(store, suite, progress=not args.no_progress)
     else:
         reqs = plan.requests(plan_device(plan, args.device), progress=not args.no_progress,
-                             plugins=tuple(args.plugin))
+                             plugins=tuple(args.plugin), yes=args.yes)
         report = run_requests(reqs, store, keep_going=args.keep_going)  # fits every ladder at its end
         print(report.render())
         if report.failures:

@@ -23,9 +23,48 @@ import numpy as np
 
 from harness.model.batching import IGNORE_INDEX
 from harness.config import to_dict
+from harness.errors import ConfigError
 
 IGNORE = IGNORE_INDEX
 SPLITS = ("train", "valid", "test")
+
+#: the largest sizes a task setting may ask for, checked when its config is built, before any data or model:
+#: past them a size drives memory before the suite's memory checks can run (a mod-add modulus of 10^9 spent 168 s
+#: listing its group and ended in a MemoryError). The sources' largest are far below: vocabulary 8,192 (zoology,
+#: MAD), length 1,024 (MAD), 100,000 training examples (zoology)
+MAX_VOCAB = 65_536
+MAX_SEQ_LEN = 16_384
+MAX_EXAMPLES = 10_000_000
+#: examples x length of one generated split: 2 GiB of int64 inputs and targets
+MAX_SPLIT_TOKENS = 2**27
+SIZE_REASONS = {
+    "vocab_size": "it sizes the trained model's embedding and output head (the sources use at most 8,192)",
+    "seq_len": "every example is generated and trained at this length (the sources use at most 1,024)",
+    "num_train_examples": "the split is generated in memory at once (the sources use at most 100,000)",
+}
+
+
+def check_size(task: str, name: str, value: int, limit: int, why: str) -> None:
+    """Refuse ``value`` above ``limit`` in one sentence naming the limit and ``why`` it exists."""
+    if value > limit:
+        raise ConfigError(f"{task}: {name} must be at most {limit:,}, got {value:,}: {why}.")
+
+
+def check_task_sizes(task: str, cfg: Any) -> None:
+    """A task config's vocabulary, length and training examples against :data:`MAX_VOCAB`, :data:`MAX_SEQ_LEN`,
+    :data:`MAX_EXAMPLES` and their product against :data:`MAX_SPLIT_TOKENS` (call after the fields are checked
+    to be integers)."""
+    for name, limit in (("vocab_size", MAX_VOCAB), ("seq_len", MAX_SEQ_LEN), ("num_train_examples", MAX_EXAMPLES)):
+        if hasattr(cfg, name):
+            check_size(task, name, getattr(cfg, name), limit, SIZE_REASONS[name])
+    examples = getattr(cfg, "train_examples", getattr(cfg, "num_train_examples", 0))
+    check_split_tokens(task, "training", examples, cfg.seq_len)
+
+
+def check_split_tokens(task: str, split: str, examples: int, length: int) -> None:
+    check_size(task, f"the {split} split's tokens ({examples:,} examples x {length:,})", examples * length,
+               MAX_SPLIT_TOKENS, "a split is generated in memory at once as int64 inputs and targets (2 GiB at the "
+                                 "limit)")
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import ConfigError
-from suites.synthetic.data import IGNORE, TaskData
+from suites.synthetic.data import IGNORE, TaskData, check_task_sizes
 
 
 def _check_ints(task: str, cfg, names: tuple[str, ...], minimum: int = 1) -> None:
+    """Each field an integer >= ``minimum``; the sizes (vocabulary, length, examples) also within their bounds."""
     for name in names:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigError(f"{task}: {name} must be an integer >= {minimum}, got {value!r}.")
+    if {"vocab_size", "seq_len", "num_train_examples"} <= set(names):
+        check_task_sizes(task, cfg)
 
 
 def _check_noise(task: str, frac_noise: float, noise_vocab_size: int) -> None:

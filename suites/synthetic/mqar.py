@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import ConfigError
-from suites.synthetic.data import IGNORE, TaskData, distinct_integers, weighted_sample_without_replacement
+from suites.synthetic.data import (
+    IGNORE, TaskData, check_task_sizes, distinct_integers, weighted_sample_without_replacement,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class MQARConfig:
             least = 0 if name == "num_train_examples" else 1  # 0 training examples: zoology's size
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"mqar: {name} must be an integer >= {least}, got {value!r}.")
+        check_task_sizes("mqar", self)
         if self.seq_len % 2:
             raise ConfigError(f"mqar: seq_len must be even (pairs and query slots are two tokens), got {self.seq_len}.")
         if 4 * self.num_kv_pairs > self.seq_len:

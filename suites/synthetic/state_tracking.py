@@ -35,7 +35,10 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.values import option
-from suites.synthetic.data import TaskData
+from suites.synthetic.data import TaskData, check_size, check_task_sizes
+
+#: the largest mod-add modulus: m is the trained model's vocabulary, and the group's Cayley table holds m^2 entries
+MAX_MODULUS = 1_024
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,11 @@ class WordProblemConfig:
             least = 2 if name == "seq_len" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{self.task}: {name} must be an integer >= {least}, got {value!r}.")
+        check_task_sizes(self.task, self)
 
     @property
     def group_size(self) -> int:
-        return len(self.elements())
+        return self.cyclic_modulus() or len(self.elements())
 
     @property
     def vocab_size(self) -> int:
@@ -102,9 +106,11 @@ class ModAddConfig(WordProblemConfig):
     task: ClassVar[str] = "mod-add"
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if isinstance(self.modulus, bool) or not isinstance(self.modulus, int) or self.modulus < 2:
             raise ConfigError(f"{self.task}: modulus must be an integer >= 2, got {self.modulus!r}.")
+        check_size(self.task, "modulus", self.modulus, MAX_MODULUS, "m is the trained model's vocabulary and the "
+                   "group's Cayley table holds m^2 entries (this task's grids use m <= 7)")
+        super().__post_init__()
 
     def elements(self) -> tuple[tuple[int, ...], ...]:
         return tuple((g,) for g in range(self.modulus))

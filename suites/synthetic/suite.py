@@ -39,7 +39,7 @@ from harness.errors import ConfigError
 from harness.registry import MIXERS, register_suite
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
 from suites.synthetic import site
-from suites.synthetic.data import torch_seed
+from suites.synthetic.data import MAX_EXAMPLES, MAX_SEQ_LEN, check_size, check_split_tokens, torch_seed
 from suites.synthetic.plots import plot_accuracy_vs_state
 from suites.synthetic.site import PLOT_NAME
 from suites.synthetic.scoring import (
@@ -96,6 +96,9 @@ class SyntheticConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"synthetic: {name} must be a positive integer, got {value!r}.")
+        for name in ("valid_examples", "test_examples"):
+            check_size("synthetic", name, getattr(self, name), MAX_EXAMPLES,
+                       "the split is generated in memory at once (the sources test on at most 8,192 examples)")
         if not self.lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
             raise ConfigError(f"synthetic: lrs must be positive learning rates, got {self.lrs}.")
         if not self.weight_decays or any(not (wd >= 0 and math.isfinite(wd)) for wd in self.weight_decays):
@@ -113,7 +116,20 @@ class SyntheticConfig:
         stray = sorted(set(parse_settings(self.settings)) - set(self.tasks))
         if stray:
             raise ConfigError(f"synthetic: settings name {', '.join(stray)}, which tasks does not include.")
-        self.plan()  # every setting builds (its own config validates it)
+        for task, setting in self.plan():  # every setting builds (its own config validates it)
+            self._check_tested_sizes(task, setting)
+
+    def _check_tested_sizes(self, task: TaskSpec, setting: Any) -> None:
+        """What a setting's own config cannot see: its validation and test splits, and the longer test sets of a
+        setting tested past its length (MQAR's, state tracking's) against the bounds of suites/synthetic/data.py."""
+        where = f"synthetic {task.name}/{task.label(setting)}"
+        longest = setting.seq_len
+        if task.name == "mqar" or task.state_tracking:
+            longest *= max((1, *self.extrapolation))
+        check_size(where, "the longest tested length (seq_len x the largest extrapolation factor)", longest,
+                   MAX_SEQ_LEN, "every test example is generated and scored at it (the sources' longest is 1,024)")
+        check_split_tokens(where, "validation", self.valid_examples, setting.seq_len)
+        check_split_tokens(where, "test", self.test_examples, longest)
 
     def plan(self) -> list[tuple[TaskSpec, Any]]:
         """(task, setting config) pairs in run order."""

@@ -29,6 +29,12 @@ one, its kernel's achieved FLOP/s as a fraction of this machine's dense-matmul r
 Intervals: ``range`` (min-max over rounds) for rates and latencies, ``bootstrap`` (rounds resampled) for ratios
 and for the statistics derived from several points.
 
+The grid: by default the model's context and 2, 4 and 8 times it (CPU, at most 8,192 tokens; GPU up to 32 times,
+at most 65,536): speeds are read at the context, and a fixed 256-8,192 grid timed preset tiny for more than 5
+minutes a model. ``max_point_seconds`` bounds each point as a whole (its inputs, first calls and rounds; see
+:func:`suites.throughput.measure.measure_points`): a point that cannot fit is not timed, nor are the longer lengths
+of its mode, and the run's info says where and why (``sweep_cut``).
+
 Throughput depends on hardware and on how CPU work is threaded, so the device (type, name, thread counts and
 OpenMP wait policy: :func:`harness.store.provenance.device_descriptor`) is part of the run's identity; the load average
 at the start and end of the run is recorded in its info, not in the identity. Speed is measured on random token
@@ -57,13 +63,24 @@ from suites.throughput import analysis
 from suites.throughput.measure import MODES, Point, TimingPlan, measure_points
 from suites.throughput.plots import plot_tables
 
-CPU_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
-GPU_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+#: the default grid: the model's context times these multiples, up to the device's longest length. A fixed
+#: 256-8,192 grid timed preset tiny (context 128) for more than 5 minutes per model, 64 times past its context
+CPU_MULTIPLES, CPU_LONGEST = (1, 2, 4, 8), 8192
+GPU_MULTIPLES, GPU_LONGEST = (1, 2, 4, 8, 16, 32), 65536
+
+
+def default_lengths(context: int, device_type: str) -> tuple[int, ...]:
+    """The lengths timed when ``lengths`` is empty: the context and its multiples (CPU: up to 8x and 8,192 tokens;
+    GPU: up to 32x and 65,536), so the speeds are read at the context. A context too long for two of them (an
+    external model's) gets the device's longest length and the multiples below it."""
+    multiples, longest = (GPU_MULTIPLES, GPU_LONGEST) if device_type == "cuda" else (CPU_MULTIPLES, CPU_LONGEST)
+    lengths = tuple(context * m for m in multiples if context * m <= longest)
+    return lengths if len(lengths) >= 2 else tuple(longest // m for m in reversed(multiples))
 
 
 @dataclass(frozen=True)
 class ThroughputConfig:
-    lengths: tuple[int, ...] = option((), min=2)  # () = the device default: 256..8192 on CPU, 1k..64k on GPU
+    lengths: tuple[int, ...] = option((), min=2)  # () = the model's context x 1, 2, 4, 8 (CPU, to 8k; GPU x 32, to 64k)
     batch_sizes: tuple[int, ...] = option((1,), "batch sizes measured (the first one makes the tables)", min=1)
     modes: tuple[str, ...] = option(MODES, "what is timed", choices=MODES)
     repeats: int = option(5, "timed rounds per point (the median is reported)", min=1)
@@ -72,7 +89,9 @@ class ThroughputConfig:
     decode_tokens: int = option(8, min=1)  # decode steps per timed call
     reference: str = "attention"  # "" = no reference (no crossovers)
     floor: str = "auto"  # the speed floor: "auto" = the registered context-free control, "" = none, or a mixer name
-    max_point_seconds: float = option(30.0, gt=0)  # a first call slower than this skips the longer contexts of that mode
+    #: seconds one point (a length, every model at it) may take, first calls and rounds included; a point that
+    #: cannot fit is not timed, nor are the longer lengths of its mode (the run's info: sweep_cut)
+    max_point_seconds: float = option(30.0, gt=0)
     #: time every length of a mode in the same rounds, so load that drifts during a sweep hits every length alike
     #: and the exponent's interval is paired over rounds; False: one length after another (only one length's
     #: inputs alive at a time, for contexts whose buffers do not fit together)
@@ -129,15 +148,16 @@ class Throughput(Suite):
     #: 2: the mixer and the reference are timed interleaved per point, warm-up until settled, paired ratios;
     #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it;
     #: 4: speed relative to the floor (``<mode>_vs_floor``) is the headline, peak memory is the exact tensor peak;
-    #: 5: every length of a mode in the same rounds, exponents and crossovers bootstrapped paired over rounds
-    version: ClassVar[int] = 5
+    #: 5: every length of a mode in the same rounds, exponents and crossovers bootstrapped paired over rounds;
+    #: 6: default lengths from the model's context, ``max_point_seconds`` bounds each point's whole time
+    version: ClassVar[int] = 6
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         cfg = self.cfg
         load_start = load_average()
         device = next(model.parameters()).device
-        lengths = cfg.lengths or (GPU_LENGTHS if device.type == "cuda" else CPU_LENGTHS)
         external = getattr(model, "external", False)
+        lengths = cfg.lengths or default_lengths(model.config.context, device.type)
         name = _label(model)
         reference = None
         if cfg.reference and cfg.reference != name and not external:
@@ -174,6 +194,8 @@ class Throughput(Suite):
             "crossovers_outside_grid": [
                 m.name for m in metrics if m.name.startswith("crossover") and math.isnan(m.value)
             ],
+            "max_point_seconds": cfg.max_point_seconds,
+            "sweep_cut": _sweep_cuts(points),
         }
         samples = [{"model": getattr(p, "tag", "measured"), **p.to_json()} for p in points]
         return SuiteResult(metrics=metrics, samples=samples, plots=plots, info=info)
@@ -199,14 +221,21 @@ class Throughput(Suite):
         points: dict[str, list[Point]] = {name: [] for name in models}
         groups = [tuple(lengths)] if cfg.interleave_lengths else [(t,) for t in lengths]
         total = len(cfg.modes) * len(groups) * len(cfg.batch_sizes)
+        if ctx.progress:
+            points_n = len(cfg.modes) * len(lengths) * len(cfg.batch_sizes)
+            print(f"[throughput {_label(model)}] {points_n} points (lengths {', '.join(map(str, lengths))}), each "
+                  f"bounded by max_point_seconds={cfg.max_point_seconds:g}: at most "
+                  f"{points_n * cfg.max_point_seconds / 60:.1f} min", flush=True)
         done = 0
         for mode in cfg.modes:
             for batch in cfg.batch_sizes:
                 blocked: dict[str, str] = {}
+                seen: dict[str, tuple[int, float, float]] = {}
                 for group in groups:
                     done += 1
                     measured, blocked = measure_points(models, mode, group, batch, device, plan, cfg.decode_tokens,
-                                                       cap, max_call_seconds=cfg.max_point_seconds, blocked=blocked)
+                                                       cap, max_call_seconds=cfg.max_point_seconds, blocked=blocked,
+                                                       seen=seen)
                     for name, by_length in measured.items():
                         points[name] += [by_length[t] for t in group]
                     if ctx.progress:
@@ -272,6 +301,18 @@ class Throughput(Suite):
                               unit="floats/sequence"))
             out += kernel_efficiency(model, self.cfg.batch_sizes[0], max(lengths), device, self.cfg.repeats)
         return out
+
+
+def _sweep_cuts(points: list[Point]) -> list[dict[str, Any]]:
+    """Where each model's sweep of a mode stopped short, and why: its first point that was not timed for lack of
+    time (``skipped``: its first call or its whole point would exceed ``max_point_seconds``)."""
+    cuts: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for p in sorted(points, key=lambda p: p.length):
+        key = (getattr(p, "tag", "measured"), p.mode, p.batch)
+        if p.status == "skipped" and key not in cuts:
+            cuts[key] = {"model": key[0], "mode": p.mode, "batch": p.batch, "from_length": p.length,
+                         "reason": p.detail}
+    return list(cuts.values())
 
 
 def _label(model) -> str:

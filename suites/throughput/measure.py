@@ -181,12 +181,19 @@ def workload(model, mode: str, length: int, batch: int, device: torch.device, de
 @dataclass(frozen=True)
 class TimingPlan:
     """How long one point may be timed: ``repeats`` rounds after at least ``min_warmup`` warm-up rounds (the
-    first, lone call included) and at most ``max_warmup``; ``budget_s`` caps the warm-up and the timed rounds each."""
+    first, lone call included) and at most ``max_warmup``; ``budget_s`` bounds a point's whole time (building its
+    inputs, its first calls and its rounds, every model at that length together): see :func:`measure_points`."""
 
     repeats: int
     min_warmup: int = 3
     max_warmup: int = 8
     budget_s: float | None = None
+
+    @property
+    def least_calls(self) -> int:
+        """Calls of each model after its first that a timed point cannot skip: the warm-up rounds
+        :func:`harness.timing.interleaved` always runs, and the two timed rounds its budget always keeps."""
+        return max(self.min_warmup - 1, 1) + min(self.repeats, 2)
 
 
 @dataclass
@@ -198,13 +205,19 @@ class _Run:
     work: Workload
     length: int
     inputs: object = None
+    setup_s: float = 0.0  # seconds building the inputs (a decode state is a prefill)
     first_call_s: float = 0.0  # seconds of the lone first call (inputs built before the clock)
     point: Point | None = None
+
+    def least_seconds(self, plan: TimingPlan) -> float:
+        """What timing this point takes at the least: its inputs, its first call and the calls no budget skips."""
+        return self.setup_s + self.first_call_s * (1 + plan.least_calls)
 
 
 def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int], batch: int, device: torch.device,
                    plan: TimingPlan, decode_tokens: int, memory_cap: int | None, max_call_seconds: float = math.inf,
-                   blocked: Mapping[str, str] | None = None) -> tuple[dict[str, dict[int, Point]], dict[str, str]]:
+                   blocked: Mapping[str, str] | None = None, seen: dict[str, tuple[int, float, float]] | None = None,
+                   ) -> tuple[dict[str, dict[int, Point]], dict[str, str]]:
     """Time every model in ``models`` (name -> model) at every length of ``lengths`` in the same interleaved rounds.
 
     Each (model, length) makes its first call alone, shortest length first: a model that runs out of memory, or
@@ -213,16 +226,32 @@ def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int],
     round, so load that drifts during the sweep hits every length alike and a statistic of several lengths (a
     scaling exponent) can be bootstrapped over rounds, paired. The first name's points get ``ratio``: their time
     over the second name's at the same length, per round. Returns name -> length -> point, and the block reasons.
+
+    ``plan.budget_s`` bounds each point (a length, every model at it): before its first calls, from each model's
+    shorter length (``seen``, kept across calls: name -> (length, setup s, first call s); times grow at least
+    linearly with the length, a decode step's at least not at all), and after them from what they took, a point
+    whose least work (:meth:`_Run.least_seconds`) would exceed the budget drops its costliest model, not tried at
+    longer lengths either; when that is the first (measured) model, the sweep stops at this length for all. The
+    rounds then get what the points have left. It used to bound each first call alone, then the warm-up and again
+    the timed rounds by the budget times the number of lengths, checked only after whole rounds of every length
+    and model: preset tiny's sweep to 8,192 tokens ran for more than 5 minutes under ``max_point_seconds=30``.
     """
     blocked = dict(blocked or {})
+    seen = {} if seen is None else seen
     points: dict[str, dict[int, Point]] = {name: {} for name in models}
     runs: list[_Run] = []
     modes = {name: model.training for name, model in models.items()}
+    first = next(iter(models))
     try:
         for model in models.values():
             model.train(mode == "train")
         with MemoryCap(memory_cap if device.type == "cpu" else None):
             for length in sorted(lengths):
+                if plan.budget_s is not None:
+                    predicted = {name: _predicted_seconds(seen[name], length, mode, plan) for name in models
+                                 if not blocked.get(name) and name in seen}
+                    for name, why in _over_budget(predicted, first, plan.budget_s, length, "predicted").items():
+                        blocked[name] = why
                 for name, model in models.items():
                     if blocked.get(name):
                         points[name][length] = Point(mode, length, batch, blocked[name].split(":")[0],
@@ -235,12 +264,21 @@ def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int],
                         blocked[name] = "oom: not attempted, a shorter context already ran out of memory"
                         continue
                     runs.append(run)
+                    seen[name] = (length, run.setup_s, run.first_call_s)
                     if run.first_call_s > max_call_seconds:  # the call only: building a decode state is not timed
                         blocked[name] = (f"skipped: T={length} already took more than {max_call_seconds:g} s per "
                                          "call")
+                if plan.budget_s is not None:
+                    here = {run.name: run for run in runs if run.length == length}
+                    least = {name: run.least_seconds(plan) for name, run in here.items()}
+                    for name, why in _over_budget(least, first, plan.budget_s, length, "measured").items():
+                        blocked[name] = why
+                        here[name].inputs = None
+                        here[name].point.status, here[name].point.detail = "skipped", why
+                        runs.remove(here[name])
         if runs:  # outside the cap, which only probes each first call: timing a short point under the cap after
             # a longer one had failed under it left oneDNN unable to create a convolution later in the process
-            _time_rounds(runs, list(models)[:2], device, length_count=len(lengths), plan=plan)
+            _time_rounds(runs, list(models)[:2], device, plan=plan)
         if mode == "decode" and device.type == "cuda":
             for run in runs:
                 if run.point.status == "ok":
@@ -257,17 +295,56 @@ def measure_points(models: dict[str, object], mode: str, lengths: Sequence[int],
             torch.cuda.empty_cache()
 
 
-def _time_rounds(runs: list[_Run], pair: list[str], device: torch.device, length_count: int,
-                 plan: TimingPlan) -> None:
+def _predicted_seconds(last: tuple[int, float, float], length: int, mode: str, plan: TimingPlan) -> float:
+    """A point's least seconds at ``length`` from the model's last measured first call (``(length, setup s, call
+    s)``): every cost grown in proportion to the length (a lower bound for prefill and training), a decode step's
+    kept as it was (a recurrent step does not grow), the state it decodes from built by a prefill that does."""
+    at, setup_s, call_s = last
+    grow = length / at
+    return setup_s * grow + call_s * (1 if mode == "decode" else grow) * (1 + plan.least_calls)
+
+
+def _over_budget(seconds: dict[str, float], first: str, budget: float, length: int, how: str) -> dict[str, str]:
+    """The models to leave out at ``length`` (and longer) so that the point's least ``seconds`` fit ``budget``, each
+    with its reason: the costliest first; when that is ``first`` (the model under test) every model goes, since
+    the point exists for it."""
+    active, out = dict(seconds), {}
+    while active and sum(active.values()) > budget:
+        total = sum(active.values())
+        worst = max(active, key=active.get)
+        if worst == first:
+            why = (f"skipped: the sweep stopped at T={length}: its point would take at least {total:.3g} s "
+                   f"({how}), more than max_point_seconds={budget:g}")
+            return {**out, **{name: why for name in active}}
+        out[worst] = (f"skipped: T={length} would take this model at least {active.pop(worst):.3g} s ({how}), "
+                      f"more than the point's max_point_seconds={budget:g} allows")
+    return out
+
+
+def _round_budgets(runs: list[_Run], plan: TimingPlan) -> tuple[float | None, float | None]:
+    """The warm-up's and the timed rounds' budgets (:func:`harness.timing.interleaved`) from what the points have
+    left after their inputs and first calls, a round estimated as every run's first call: the rounds it always
+    runs, plus half the rest each, less one round (its budget is checked after a round, so one may overrun it)."""
+    if plan.budget_s is None:
+        return None, None
+    left = plan.budget_s * len({run.length for run in runs}) - sum(run.setup_s + run.first_call_s for run in runs)
+    round_s = sum(run.first_call_s for run in runs)
+    warm, timed = max(plan.min_warmup - 1, 1), min(plan.repeats, 2)
+    spare = max(left - (warm + timed) * round_s, 0.0) / 2
+    return max((warm - 1) * round_s + spare, 0.0), max((timed - 1) * round_s + spare, 0.0)
+
+
+def _time_rounds(runs: list[_Run], pair: list[str], device: torch.device, plan: TimingPlan) -> None:
     """Interleaved rounds of every run (``name@length``); fills their points, and ``pair[0]``'s ratios over
-    ``pair[1]``'s at each length where both were timed (never another pair's when one of them failed). Memory that runs out only once every run's buffers are alive marks them all ``oom``."""
+    ``pair[1]``'s at each length where both were timed (never another pair's when one of them failed). Memory that
+    runs out only once every run's buffers are alive marks them all ``oom``."""
     key = {id(run): f"{run.name}@{run.length}" for run in runs}
-    budget = None if plan.budget_s is None else plan.budget_s * length_count
+    warmup_budget, budget = _round_budgets(runs, plan)
     try:
         timings = interleaved(
             [Candidate(key[id(run)], _call_with(run), device=str(device)) for run in runs], plan.repeats,
             min_warmup=max(plan.min_warmup - 1, 1), max_warmup=max(plan.max_warmup - 1, 1),
-            budget_s=budget, warmup_budget_s=budget,
+            budget_s=budget, warmup_budget_s=warmup_budget,
         )
     except Exception as exc:
         if not is_oom(exc):
@@ -297,7 +374,9 @@ def _first_call(run: _Run, mode: str, length: int, batch: int, device: torch.dev
                 memory_cap: int | None) -> Point:
     """Build the inputs and make the model's first call, alone: its peak memory, or ``oom``."""
     try:
+        t_setup = time.perf_counter()
         run.inputs = run.work.setup()
+        run.setup_s = time.perf_counter() - t_setup
         t0 = time.perf_counter()
         peak = peak_bytes(lambda: run.work.call(run.inputs), device, collect=False)  # 27 calls a run: no 65 ms gc
         run.first_call_s = time.perf_counter() - t0
