@@ -99,6 +99,12 @@ def test_out_of_tree_mixer_trains_and_scores(how, tmp_path):
     (ppl,) = [c for k, c in rows[0]["cells"].items() if k.startswith("perplexity") and k.endswith("/ppl")]
     assert [r["mixer"] for r in rows] == [name] and ppl["value"] > 1  # a column labelled with its config
     assert rows[0]["gate"] == "passed"
+    # it declares no flops_per_token: its training FLOPs are the 2-per-weight estimate, and say so
+    assert rows[0]["train_flops"] > 0 and rows[0]["train_flops_estimated"] is True
+    if plugin:
+        table = mixbench(["mixers", "--table", "tiny", *plugin], site, tmp_path)
+        (line,) = [line for line in table.stdout.splitlines() if line.startswith(f"| {name} |")]
+        assert line.split(" | ")[3].endswith("~") and "A trailing ~ marks an estimate" in table.stdout
 
 
 def test_plugin_beside_the_user_is_found_without_pythonpath(tmp_path):

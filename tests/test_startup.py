@@ -42,6 +42,9 @@ def test_help_errors_and_listings_do_not_import_torch(tmp_path):
     assert again == first and "attention" in first and "controls" in first
     help_text, _ = _run(["judge", "--help"], cache)
     assert "--judge-url" in help_text
+    _, err = _run(["rnu"], cache)  # a typo: the closest command, one line, from the cached index
+    assert err.startswith("mixbench: error: unknown command 'rnu'; did you mean 'run'?") and "CODE 2" in err
+    assert err.count("\n") == 2 and "TORCH False" in err  # the error line and the probe's own
 
 
 def test_listing_follows_a_plugin_edit(tmp_path):

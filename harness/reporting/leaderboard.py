@@ -7,6 +7,7 @@ joins them for the CLI, the quickstart and the site.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 from harness.reporting.board import Board, BoardConfig, build_board
@@ -39,8 +40,10 @@ def leaderboard_text(root: str, fmt: str = "md", view: str = "compact", suite: s
         have = {r.manifest.suite for row in board.table.rows for r in row.runs}
         unknown = [s for s in dict.fromkeys(chosen) if s not in have]
         if unknown:
+            close = [m for s in unknown for m in difflib.get_close_matches(s, sorted(have), n=1)]
+            hint = f" Did you mean {' or '.join(repr(m) for m in dict.fromkeys(close))}?" if close else ""
             raise MixbenchError(
-                f"no results for suite(s) {', '.join(unknown)} in {root}; suites with results: "
+                f"no results for suite(s) {', '.join(unknown)} in {root}.{hint} Suites with results: "
                 f"{', '.join(sorted(have)) or 'none'}."
             )
     return render(board, fmt, view, suite)

@@ -4,9 +4,10 @@ parser) and the text of ``mixbench mixers`` / ``mixbench suites``.
 Producing them imports every mixer and suite, and with them torch (4-5 s on the project's CPU); a new user meets
 that on ``--help`` and on every typo. So each is computed once and kept in ``$MIXBENCH_CACHE/listings/`` under a
 fingerprint of everything that defines it: the stat (path, mtime, size) of every module of the ``harness``,
-``mixers`` and ``suites`` packages, the installed ``mixbench.*`` entry points and the files of the ``--plugin``
-modules, found without importing them. Any edit or install changes the fingerprint and recomputes; warnings the
-computation printed (a broken plugin) are stored with it and printed again on every use.
+``mixers`` and ``suites`` packages, the installed ``mixbench.*`` entry points, the files of the ``--plugin``
+modules, found without importing them, and the name and version of every installed distribution (a listing names
+package versions, and which kernels a mixer has depends on them). Any edit or install changes the fingerprint and
+recomputes; warnings the computation printed (a broken plugin) are stored with it and printed again on every use.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib.metadata
 import importlib.util
 import io
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -54,9 +56,22 @@ def _module_files(name: str) -> list[Path]:
     return [Path(spec.origin)] if spec.origin and spec.origin not in ("built-in", "frozen") else []
 
 
+def _installed() -> list[str]:
+    """The ``.dist-info`` / ``.egg-info`` folder names on ``sys.path`` (each holds a distribution's name and
+    version): read from the folder listings, not the metadata, which would cost the start-up a tenth of a second."""
+    found = []
+    for entry in sys.path:
+        try:
+            with os.scandir(entry or ".") as items:
+                found += [item.name for item in items if item.name.endswith((".dist-info", ".egg-info"))]
+        except OSError:  # a zip file, a path hook, a folder that is gone
+            continue
+    return sorted(found)
+
+
 def code_fingerprint(plugins: Iterable[str] = ()) -> str:
     """A hash of what the listings depend on (see the module docstring)."""
-    parts = [sys.version]
+    parts = [sys.version, *_installed()]
     for package in _PACKAGES:
         parts += [_stat(p) for p in _module_files(package)]
     for group in _GROUPS:

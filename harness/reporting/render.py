@@ -567,13 +567,14 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
             "preset": row.preset,
             "seeds": list(row.seeds),
             "parameters": row.parameters, "state_floats": row.state_floats, "train_flops": row.train_flops,
+            "train_flops_estimated": row.train_flops_estimated,
             "train_tokens_per_s": row.train_tokens_per_s, "gate": row.gate, "recipe": row.recipe,
             "non_embedding_parameters": row.non_embedding_parameters, "residual_gates": row.residual_gates,
             "output_init": row.output_init, "train_tokens": row.budget,
             "rank": board.rank.get(row.key), "rank_interval": board.rank_interval.get(row.key),
             "rank_tied": board.tied.get(row.key, False), "borda_points": board.points.get(row.key),
             "unranked": board.unranked.get(row.key), "pareto": board.pareto.get(row.key),
-            "provenance": row_provenance(row), "cells": {},
+            "provenance": row_provenance(row), "runs": row_runs(row), "cells": {},
         }
         for c in columns:
             cell = table.cell(row, c)
@@ -588,6 +589,14 @@ def board_records(board: Board, columns: list[Column] | None = None) -> list[dic
                                                     for comp in board.vs_controls.get((row.key, c.name), [])]}
         out.append(rec)
     return out
+
+
+def row_runs(row: Row) -> dict[str, list[str]]:
+    """Every run id of the row (all seeds), per suite, oldest first: what `mixbench show` and `compare` take."""
+    out: dict[str, list[str]] = {}
+    for run in sorted(row.runs, key=lambda r: (r.manifest.written_at, r.run_id)):
+        out.setdefault(run.manifest.suite, []).append(run.run_id)
+    return dict(sorted(out.items()))
 
 
 def row_provenance(row: Row) -> dict[str, Any]:
@@ -668,7 +677,7 @@ def validate_board_document(doc: Any) -> None:
 def _render_csv(board: Board, d: Display, columns: list[Column]) -> str:
     flat = []
     for rec in board_records(board, columns):
-        line = {k: v for k, v in rec.items() if k != "cells"}
+        line = {k: v for k, v in rec.items() if k not in ("cells", "runs")}  # run ids: in the JSON only
         for c in columns:
             cell = rec["cells"].get(c.name)
             iv = (cell or {}).get("interval") or {}

@@ -119,6 +119,8 @@ class Row:
     non_embedding_parameters: int | None = None
     state_floats: int | None = None
     train_flops: float | None = None
+    #: some seed's train_flops is the 2-per-weight estimate (Subject.train_flops_estimated); None: not recorded
+    train_flops_estimated: bool | None = None
     train_tokens_per_s: float | None = None
     gate: str = ""
     #: tuned / overridden / untuned (harness/model/recipes.py): whether its training values are its recipe's
@@ -293,6 +295,8 @@ def _rows(runs: list[RunRecord]) -> dict[str, Row]:
         row.non_embedding_parameters = _mean_int([s.non_embedding_parameters for s in subjects])
         row.state_floats = _mean_int([s.state_floats for s in subjects])
         row.train_flops = _mean([s.train_flops for s in subjects])
+        marks = [s.train_flops_estimated for s in subjects if s.train_flops_estimated is not None]
+        row.train_flops_estimated = any(marks) if marks else None
         row.train_tokens_per_s = _mean([s.train_tokens_per_s for s in subjects])
         row.recipe = _shared([s.recipe for s in subjects])
         row.output_init = _shared([s.output_init for s in subjects])

@@ -228,6 +228,8 @@ def control_flags(mixer: str) -> dict[str, bool]:
 
 def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> Subject:
     """What the board needs to know about a scored checkpoint: who it is and what it costs."""
+    from harness.reporting.mixer_table import flops_estimated
+
     spec = ckpt.spec
     source, full, diff = _mixer_parts(spec.model.mixer, spec.model.mixer_config)
     preset_backbone, preset_train, preset_data = _preset_defaults(spec)
@@ -258,6 +260,8 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         non_embedding_parameters=model.num_parameters(exclude_embedding=True),
         state_floats=model.state_size(spec.model.backbone.context),
         train_flops=ckpt.meta.get("train_flops"),
+        train_flops_estimated=None if ckpt.meta.get("train_flops") is None
+        else any(flops_estimated(m) for m in model.mixers),
         train_tokens_per_s=ckpt.meta.get("tokens_per_s"),
         kernel=model.kernel,
         device=device,

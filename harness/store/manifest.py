@@ -78,6 +78,9 @@ class Subject:
     non_embedding_parameters: int | None = None  # what matched sizes compare (docs/protocol.md)
     state_floats: int | None = None
     train_flops: float | None = None
+    #: train_flops uses the contract's 2-per-weight fallback (the mixer declares no flops_per_token, docs/flops.md):
+    #: an undercount, marked wherever it is shown; None where it was not recorded
+    train_flops_estimated: bool | None = None
     train_tokens_per_s: float | None = None
     kernel: str | None = None
     device: str | None = None
@@ -109,6 +112,9 @@ class Subject:
         for name in ("control", "context_free"):
             if not isinstance(getattr(self, name), bool):
                 raise ManifestError(f"subject.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.train_flops_estimated not in (None, True, False):
+            raise ManifestError(f"subject.train_flops_estimated must be true, false or null, got "
+                                f"{self.train_flops_estimated!r}")
 
     @property
     def external(self) -> bool:
