@@ -256,7 +256,7 @@ ROWS = [
      ("building the attention model needs about", "parameters in float32")),
     ("synthetic 1e12 test examples", lambda w: ["eval", "--suite", "synthetic", "--mixer", "attention", "--results",
                                                 str(w.store), "--suite-config", "test_examples=1000000000000"], 2,
-     ("synthetic mqar/seq64_kv4's data needs about", "lower num_train_examples")),
+     ("synthetic: test_examples must be at most 10,000,000, got 1,000,000,000,000",)),
     ("mixer count of 5000 digits", lambda w: ["check", "protot", "--mixer-config", "n_prototypes=" + "7" * 5000], 2,
      "(a number of 5,000 digits, outside the 64-bit range)."),
     ("mixer count past memory", lambda w: ["check", "protot", "--mixer-config", "n_prototypes=99999999999"], 2,

@@ -120,7 +120,7 @@ def test_a_killed_publish_leaves_nothing_the_next_one_keeps(attention_checkpoint
     assert leftovers and not site.exists()
     capsys.readouterr()
     assert main(["publish", "--results", str(store), "--out", str(site)]) == 0
-    assert f"removed what an interrupted publish left beside {site}" in capsys.readouterr().err
+    assert f"removed 1 unfinished folder(s) a killed run left beside {site}" in capsys.readouterr().err
     assert not list(tmp_path.glob(".site.tmp-*")) and not list(tmp_path.glob(".site.old-*"))
     assert (site / "index.html").is_file()
 
