@@ -574,11 +574,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"run {outcome.run_id} ({args.suite}) is already in {args.results}; nothing to do (--force reruns).")
     else:
         print(f"run {outcome.run_id} ({args.suite}) written to {args.results} in {outcome.seconds:.1f} s")
-    from harness.reporting.run_report import run_summary
-
-    print(run_summary(store.read_run(outcome.run_id, samples=False)))
-    print(f"(every metric and the provenance: mixbench show {outcome.run_id} --results {args.results})")
-    return 0
+    return 0  # its metrics follow, as after every command that scores (harness.reporting.scored)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -754,6 +750,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1
     code = _run_grid(args, quickstart_mixers(), list(suites), seeds, suites, keep_going=True,
                      budget_suites=quickstart_budgets())
+    from harness.reporting.scored import report_noted
+
+    print("\n" + report_noted())  # the runs' numbers now, so that the board it exists to show comes last
     print()
     print(leaderboard_text(args.results, "md"))
     return code
@@ -914,9 +913,7 @@ def _main(argv: list[str]) -> int:
         torch.set_flush_denormal(True)
     try:
         _refuse_a_store_that_ends_with_the_process(args)
-        if getattr(args, "suite_command", None) is not None:
-            return args.suite_command(args)
-        return COMMANDS[args.command](args)
+        return _run_command(args)
     except MixbenchError as exc:
         print(f"mixbench: error: {exc}", file=sys.stderr)
         return 2
@@ -927,6 +924,29 @@ def _main(argv: list[str]) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+
+
+#: commands whose report ends with the compact board of the rows they trained or scored
+BOARD_AFTER = ("run", "nightly")
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the command; one that scored or found runs then ends with their numbers, the same table for every
+    command, suites' own included (:mod:`harness.reporting.scored`)."""
+    from harness.reporting.scored import ScoredRuns
+
+    with ScoredRuns() as scored:
+        handler = getattr(args, "suite_command", None) or COMMANDS[args.command]
+        code = handler(args)
+        try:
+            report = scored.report(board=args.command in BOARD_AFTER)
+        except Exception as exc:  # noqa: BLE001 - the runs are written: showing them must not fail the command
+            print(f"mixbench: warning: the numbers of this command's runs cannot be shown ({type(exc).__name__}: "
+                  f"{exc})", file=sys.stderr)
+            report = ""
+    if report:
+        print("\n" + report)
+    return code
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def test_eval_prints_its_headline_metrics_and_show_prints_the_run(protot_checkpo
     run_id = re.search(r"run ([0-9a-f]{16}) \(perplexity\) written", out).group(1)
     stored = ResultsStore(results).read_run(run_id)
     ppl = stored.metric("ppl")
-    line = next(x for x in out.splitlines() if x.startswith("ppl*"))
+    line = next(x for x in out.splitlines() if x.startswith("| perplexity | ppl ↓"))
     from harness.reporting.render import fmt
 
     assert f"[{fmt(ppl.interval.low)}, {fmt(ppl.interval.high)}] bootstrap 95%" in line
@@ -87,7 +87,7 @@ def test_run_takes_suite_config_and_prints_each_job(tmp_path, capsys):
             *TINY_TRAIN[:-1], "--suite-config", "perplexity.max_windows=3"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "perplexity · mamba seed 0 @ tiny" in out and "ppl*" in out
+    assert "model: mamba seed 0 @ tiny" in out and re.search(r"^\| perplexity \| ppl ↓ ", out, re.M)
     (run,) = list(ResultsStore(results).iter_runs(samples=False))
     assert run.manifest.suite_config["max_windows"] == 3
     for bad, message in ((["--suite-config", "glue.max_windows=3"], "suite 'glue' is not among --suites"),

@@ -28,6 +28,7 @@ from harness.model.gate import require_gate
 from harness.store.identity import Identity, mixer_identity, model_identity, row_identity, trained_identity
 from harness.store.manifest import GateRecord, RunManifest, Subject, diff_from
 from harness.store.provenance import provenance
+from harness.reporting.scored import note_runs
 from harness.running.planned import PlannedRun
 from harness.registry import MIXERS, SUITES, Entry
 from harness.store.results import ResultsStore
@@ -94,6 +95,15 @@ def evaluate(
     ``loaded`` the ``(model, checkpoint)`` of ``checkpoint`` already loaded (a grid job loads it once for all its
     suites): it is put back in eval mode with no gradients and the kernel asked for before the suite sees it.
     """
+    outcome = _evaluate(checkpoint, run, store, options, corpus=corpus, gate=gate, loaded=loaded, mixer=mixer,
+                        mixer_config=mixer_config, preset=preset)
+    note_runs(store, [outcome.run_id])  # the command ends with its numbers (harness.reporting.scored)
+    return outcome
+
+
+def _evaluate(checkpoint: Path | str | None, run: PlannedRun, store: ResultsStore, options: EvalOptions, *, corpus,
+              gate: GateRecord | None, loaded: tuple[Any, Checkpoint] | None, mixer: str | None,
+              mixer_config: dict[str, Any] | None, preset: str) -> EvalOutcome:
     entry = SUITES.get(run.suite)
     suite_obj = entry.cls(run.config())
     device, progress = run.device, options.progress
@@ -208,6 +218,7 @@ def store_runs(store: ResultsStore, runs: list[AggregateRun]) -> list[str]:
         store.ensure_writable()
     for run in runs:
         store.write_run(run.run_id, run.manifest, run.result, force=run.replace or store.has_run(run.run_id))
+    note_runs(store, [run.run_id for run in runs])
     return [run.run_id for run in runs]
 
 

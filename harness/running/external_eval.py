@@ -16,6 +16,7 @@ from dataclasses import asdict
 from harness.config import DataConfig
 from harness.errors import MixbenchError
 from harness.registry import SUITES
+from harness.reporting.scored import note_runs
 from harness.running.evaluate import EvalOptions, EvalOutcome, score_and_write, write_aggregate
 from harness.running.planned import PlannedRun
 from harness.store.identity import external_identity
@@ -58,6 +59,7 @@ def evaluate_external(source: str, run: PlannedRun, store: ResultsStore, options
     identity = external_identity(descriptor, corpus.fingerprint)
     run = run.bind(identity)
     assert run.identity is not None
+    note_runs(store, [run.identity.id])  # found or written: the command ends with its numbers
     if store.has_run(run.identity.id) and not options.force:
         if options.aggregate:
             write_aggregate(store, suite_obj, options.progress)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config import DataConfig, RunSpec
 from harness.errors import ConfigError, MixbenchError
+from harness.reporting.scored import note_runs
 from harness.running.evaluate import EvalOptions, evaluate, write_aggregate
 from harness.model.conformance import GateConfig
 from harness.model.gate import GateFailed, gate_key, require_gate
@@ -472,18 +473,24 @@ def run_requests(
             write_aggregate(store, entry.cls(entry.make_config(overrides)), progress)
             report.add(f"aggregate {suite}", time.perf_counter() - t0)
     report.wall_s = time.perf_counter() - wall0
+    # the command ends with the grid's numbers, noted here in the driver whichever executor ran the jobs
+    planned = [r.run_id for job in jobs for r in job.runs]
+    note_runs(store, [*planned, *(rid for outcome in report.outcomes for rid in outcome.runs.values())])
     return report
 
 
 def _print_headlines(store: ResultsStore, run_ids: list[str]) -> None:
-    """Each run a job wrote, as its headline metrics with intervals (:func:`harness.reporting.run_report.run_summary`)."""
-    from harness.reporting.run_report import run_summary
+    """Each run a job wrote, as the table every scoring command ends with (:mod:`harness.reporting.scored`)."""
+    from harness.reporting.scored import numbers_table
 
+    runs = []
     for rid in run_ids:
         try:
-            print(run_summary(store.read_run(rid, samples=False)) + "\n", flush=True)
+            runs.append(store.read_run(rid, samples=False))
         except MixbenchError as exc:  # the table is a courtesy: a run that cannot be read back is reported
             print(f"[mixbench] run {rid} cannot be read back: {exc}", file=sys.stderr, flush=True)
+    if runs:
+        print(numbers_table(runs) + "\n", flush=True)
 
 
 def run_grid(

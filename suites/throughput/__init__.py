@@ -415,14 +415,20 @@ def _tagged(point: Point, tag: str) -> Point:
 
 
 def _progress(points: dict[str, Point]) -> str:
-    shown = []
+    """Each model's median time at one point (four significant digits), then how many times faster or slower the
+    measured model is than the second one (the reference, else the floor), as the ratio of the two printed times
+    with the division shown: the run's ``<mode>_time_ratio`` is the median of per-round ratios instead, which a
+    reader could not check against the printed times."""
+    from harness.reporting.render import fmt
+    from harness.reporting.run_report import speed_ratio_text
+
+    ms = {name: fmt(p.seconds * 1e3) if p.seconds else "" for name, p in points.items()}
+    shown = ", ".join(("" if name == "measured" else f"{name} ") + (f"{ms[name]} ms" if ms[name] else p.status)
+                      for name, p in points.items())
     names = list(points)
-    for name, p in points.items():
-        text = f"{p.seconds * 1e3:.2f} ms" if p.seconds else p.status
-        if p.ratio is not None:
-            text += f" (x{p.ratio.median:.2f} the {names[1]})"
-        shown.append(text if name == "measured" else f"{name} {text}")
-    return ", ".join(shown)
+    if len(names) > 1 and ms[names[0]] and ms[names[1]]:
+        shown += "; " + speed_ratio_text(ms[names[0]], ms[names[1]], "time", ("measured", f"the {names[1]}"))
+    return shown
 
 
 #: side of the square fp32 matmul whose rate is the machine's peak in :func:`kernel_efficiency`
