@@ -1,12 +1,13 @@
-"""Screenshots of the published site at 1280 px: index, a suite page, a model page (docs/screenshots/README.md).
+"""Screenshots of the published site at 1280 px: index, a suite page, the throughput page, a model page
+(docs/screenshots/README.md).
 
 The committed reference board (``results/reference/board.json``: six models of preset ``quick``, 40 columns, every
 number with its interval, the provenance of each row) is a board, not a results store, so this script first plants
 a store that holds the same numbers: one run per model and suite, each metric with its value, interval, unit and
 role, the row's parameters, FLOPs, training speed and provenance, a training loss curve and a throughput plot. It
-then publishes that store with ``mixbench publish`` and screenshots three pages with headless Chromium::
+then publishes that store with ``mixbench publish`` and screenshots four pages with headless Chromium::
 
-    .venv/bin/python docs/screenshots/make.py                 # writes docs/screenshots/{index,suite,model}-1280.png
+    .venv/bin/python docs/screenshots/make.py   # writes docs/screenshots/{index,suite,throughput,model}-1280.png
     .venv/bin/python docs/screenshots/make.py --site /tmp/site_ref --width 1920
     .venv/bin/python docs/screenshots/make.py --results QUICKSTART_STORE  # a real store instead of the planted one
 
@@ -40,7 +41,9 @@ from harness.suite import Metric, SuiteResult  # noqa: E402
 from tests.planted import manifest, subject  # noqa: E402
 
 REFERENCE = ROOT / "results" / "reference" / "board.json"
-PAGES = {"index": "index.html", "suite": "suites/throughput-*.html", "model": "rows/mamba-*.html"}
+#: page -> (file pattern in the site, window height): the throughput page is taller, to show its side-by-side plots
+PAGES = {"index": ("index.html", 1100), "suite": ("suites/perplexity-*.html", 1100),
+         "throughput": ("suites/throughput-*.html", 1850), "model": ("rows/mamba-*.html", 1100)}
 
 
 def plant(store_dir: Path, scratch: Path) -> ResultsStore:
@@ -129,7 +132,7 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, help="publish this results store (e.g. a quickstart's) instead of "
                                                   "planting one from results/reference/board.json")
     ap.add_argument("--width", type=int, default=1280)
-    ap.add_argument("--height", type=int, default=1100)
+    ap.add_argument("--height", type=int, help="window height in px (default: 1100, the throughput page 1850)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mixbench-shots-") as tmp:
         work = Path(tmp)
@@ -142,10 +145,10 @@ def run(argv: list[str] | None = None) -> int:
         if main(["publish", "--results", str(store), "--out", str(site)]) != 0:
             return 1
         args.out.mkdir(parents=True, exist_ok=True)
-        for name, pattern in PAGES.items():
+        for name, (pattern, height) in PAGES.items():
             page = next(iter(sorted(site.glob(pattern))))
             shot = args.out / f"{name}-{args.width}.png"
-            screenshot(page.as_uri(), shot, args.width, args.height, work / "profile")
+            screenshot(page.as_uri(), shot, args.width, args.height or height, work / "profile")
             print(f"{shot}  ({page.relative_to(site)})")
     return 0
 

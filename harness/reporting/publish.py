@@ -2,11 +2,14 @@
 
 Layout of the site folder::
 
-    index.html                    the board (sortable) with ranks, rank intervals, tie groups and the gate, one
-                                  legend for every mark and note, the Pareto view (quality against measured
-                                  speed), the full name of every column, downloads
-    suites/<suite>.html           every metric of the suite, the suite's own section (its hook: judged pairs,
-                                  robustness pairs, accuracy-vs-state, ...), its plots and runs
+    index.html                    one sentence on who leads and how surely, the board (sortable) with ranks and
+                                  their intervals, voting columns first, tie groups and the gate, one legend for
+                                  every mark and note, who came out ahead where a null won, the Pareto view
+                                  (quality against measured speed), the full name of every column, downloads
+    suites/<suite>.html           every metric of the suite in the suite's own order, one plot per headline
+                                  column with every model side by side (suites/<suite>-<i>-<metric>.png), the
+                                  suite's own section (its hook: judged pairs, robustness pairs,
+                                  accuracy-vs-state, ...), the plots stored with its runs, its runs
     rows/<row>.html               one model: identity, cost, training and validation loss curves, and the
                                   provenance of every run behind it, fields that differ between the runs marked
     runs/<run_id>.html, .json     one run: metrics, plots and the manifest as stored
@@ -39,16 +42,22 @@ Why it is built this way:
   mistyped ``--results``) unless ``force``.
 * The core knows no suite: a suite's page is the generic metric table plus whatever the suite's
   :meth:`harness.suite.Suite.site_section` returns, built only with the :class:`Kit` helpers, which escape.
-* Made for a reader who has not seen it before (docs/site.md): every table sits in a box that scrolls sideways
-  (:func:`harness.reporting.site_html.scroll`), so no page scrolls sideways at 1280 px and the board's last column stays
-  reachable; board headers show a shortened metric name, the full column name in their tooltip and the column
-  list; one legend says each thing once; numbers are formatted (:func:`harness.reporting.render.readable`,
-  :func:`harness.reporting.render.si`); and no local path reaches a page or a download
-  (:class:`harness.reporting.site_provenance.LocalPaths`: the store is named by its folder's name, the home directory is
-  ``~``, any other absolute path its last part).
-* One job per module: this one assembles the pages and swaps the site in; :mod:`harness.reporting.site_html` holds the
-  building blocks (escaping, tables, headers, legend), :mod:`harness.reporting.site_provenance` what a page says of a run's
-  origin, ``harness/reporting/site_assets/`` the style sheet and script, :mod:`harness.reporting.plotting` draws the figures.
+* Made for a reader who has not seen it before (docs/site.md): the index opens with one sentence from the board
+  (:func:`harness.reporting.preamble.lead_sentence`); a ‡ or a veto says who came out ahead, in words, with the
+  p-value; seeds read as ids (``seed 0``); every figure the site draws is drawn at the width the page shows it, its
+  text at 9 px or more (:mod:`harness.reporting.site_plots`), and stored plots are shown at their own size. Every
+  table sits in a box that scrolls sideways (:func:`harness.reporting.site_html.scroll`), so no page scrolls
+  sideways at 1280 px and the board's last column stays reachable, while the voting columns come first
+  (:mod:`harness.reporting.site_board`); board headers show a shortened metric name, the full column name in
+  their tooltip and the column list; one legend says each thing once; numbers are formatted
+  (:func:`harness.reporting.render.readable`, :func:`harness.reporting.render.si`); and no local path reaches a
+  page or a download (:class:`harness.reporting.site_provenance.LocalPaths`: the store is named by its folder's
+  name, the home directory is ``~``, any other absolute path its last part).
+* One job per module: this one assembles the pages and swaps the site in; :mod:`harness.reporting.site_html` holds
+  the building blocks (escaping, tables, headers, legend), :mod:`harness.reporting.site_board` the board's order and
+  cells, :mod:`harness.reporting.site_provenance` what a page says of a run's origin,
+  :mod:`harness.reporting.site_plots` the side-by-side plots, ``harness/reporting/site_assets/`` the style sheet
+  and script, :mod:`harness.reporting.plotting` draws the figures.
 """
 
 from __future__ import annotations
@@ -62,11 +71,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.reporting.board import Board, BoardConfig, build_board
-from harness.reporting.preamble import preamble
+from harness.reporting.preamble import lead_sentence, null_words, preamble, veto_reason
 from harness.errors import MixbenchError
 from harness.registry import SUITES
 from harness.reporting.render import (
-    MISSING, STABILITY_MARK, board_json, display, ordered_rows, readable, render, si,
+    CONTROL_MARK, MISSING, STABILITY_MARK, board_json, ordered_rows, readable, render, si,
 )
 from harness.store.output_folder import Keep, OutputKind, check_output_folder, replacing
 from harness.store.results import ResultsStore, RunRecord, json_safe
@@ -75,6 +84,8 @@ from harness.reporting.site_html import (
     cell_text, column_labels, column_title, esc, file_name, href, kv_table, legend_items, page, script_json, scroll,
     short_metric, slug, table_html, timings_text,
 )
+from harness.reporting.site_board import seeds_text, site_display, suite_order
+from harness.reporting.site_plots import metric_figure, plotted_columns
 from harness.reporting.site_provenance import LocalPaths, provenance_differences, provenance_summary
 from harness.reporting.site_reproductions import PAGE as REPRODUCTIONS_PAGE
 from harness.reporting.site_reproductions import PLOTS_DIR as REPRODUCTION_PLOTS
@@ -204,7 +215,9 @@ class _Site:
                 )
             else:
                 parts.append(f'<p><a href="{url}" download>{esc(name)}</a></p>')
-        return f'<div class="plots">{"".join(parts)}</div>' if parts else ""
+        # at the size they were drawn, in a box that scrolls: a stored plot shrunk to the page's width shrinks
+        # its text with it (a three-panel figure read 6 px)
+        return f'<div class="plots stored scroll">{"".join(parts)}</div>' if parts else ""
 
     # ------------------------------------------------------------------ downloads and index
     def _downloads(self) -> None:
@@ -213,16 +226,20 @@ class _Site:
         (self.root / "leaderboard.md").write_text(render(self.board, "md") + "\n", encoding="utf-8")
 
     def _board_html(self, view: str, table_id: str, depth: int, suite: str | None = None) -> str:
+        """The board of ``view`` as the site shows it (:func:`harness.reporting.site_board.site_display`): rank
+        with its interval, voting columns first, a suite page in the suite's own order; a ‡ mark says in its
+        tooltip who came out ahead of the null and with what p-value."""
         if self.table.empty:
             return f'<p class="note">{esc(render(self.board, "md"))}</p>'
-        d = display(self.board, view, suite, "html")
+        d, rows_sorted, _ = site_display(self.board, view, suite)
         up = [".."] * depth
-        rows_sorted = ordered_rows(self.board)
+        columns = {c.name: c for c in self.table.columns}
         cells, classes = [], []
         for row, line, bold in zip(rows_sorted, d.body, d.best):
             html_line, cls_line = [], []
             for key, text, b in zip(d.keys, line, bold):
                 h = esc(text)
+                column = columns.get(key)
                 if key == "model":
                     h = f'<a href="{href(*up, "rows", self.row_files[row.key])}">{h}</a>'
                     if self.board.pareto.get(row.key):
@@ -230,6 +247,8 @@ class _Site:
                     differs = provenance_differences([provenance_summary(r) for r in row.runs])
                     if differs:
                         h += f' <span class="flag" title="{esc("runs of this row differ in " + ", ".join(differs))}">&#9873;</span>'
+                elif column is not None:
+                    h = self._cell_html(row, column, text)
                 cell = self.table.cell(row, key) if "/" in key else None
                 cls = "best" if b else ("unreliable" if cell is not None and cell.unreliable else "")
                 if key in d.text_columns:
@@ -242,6 +261,19 @@ class _Site:
         return table_html(d.header, cells, table_id, raw=d.raw, classes=classes, keys=d.keys,
                           text_keys=d.text_columns, header_html=header_html, titles=titles,
                           sticky_keys={"model"}, table_class="board", tall=True)
+
+    def _cell_html(self, row: Row, column: Column, text: str) -> str:
+        """A metric cell: the value on its first line, its difference from the reference control on a second
+        (a narrow column), the ‡ mark with the direction and p-value of its comparison in a tooltip."""
+        main, sep, vs = text.partition(" (vs ")
+        h = esc(main)
+        if CONTROL_MARK in main:
+            words = null_words(self.board, row, column)
+            h = h.replace(CONTROL_MARK, f'<abbr class="mark" title="{esc(words or "not better than its null")}">'
+                                        f"{CONTROL_MARK}</abbr>", 1)
+        if sep:
+            h += f'<span class="vs">vs {esc(vs.removesuffix(")"))}</span>'
+        return h
 
     def _headers(self, keys: list[str], header: list[str], with_suite: bool) -> tuple[list[str], list[str]]:
         """Short headers for the board's metric columns (suite above, shortened metric and direction below), the
@@ -256,11 +288,15 @@ class _Site:
                 titles.append(LEAD_TITLES.get(key, ""))
                 continue
             suite = c.suite + (f" [{short_metric(c.config, 14)}]" if c.config else "")
-            above = f'<span class="suite">{breakable(suite)}</span>' if with_suite or c.config else ""
+            votes = (v := self.board.verdicts.get(c.name)) is not None and v.votes
+            lines = [breakable(suite)] if with_suite or c.config else []
+            above = f'<span class="suite">{" · ".join([*lines, *(["votes"] if votes else [])])}</span>' \
+                if lines or votes else ""
             mark = STABILITY_MARK if c.name in self.board.unsettled else ""  # docs/rank_stability.md
             html_heads.append(f'{above}{breakable(labels[c.name])}{mark} {"↑" if c.higher_is_better else "↓"}')
-            titles.append(column_title(c) + (" (its ordering changed between half the largest token budget and "
-                                             "the largest: see the legend)" if mark else ""))
+            titles.append(column_title(c) + ("; votes in the rank" if votes else "")
+                          + (" (its ordering changed between half the largest token budget and "
+                             "the largest: see the legend)" if mark else ""))
         return html_heads, titles
 
     def _columns_html(self, columns: list[Column], depth: int) -> str:
@@ -270,7 +306,8 @@ class _Site:
         lines = []
         for c in columns:
             v = self.board.verdicts.get(c.name)
-            votes = (f"yes (weight {readable(v.weight, 3)})" if v.votes else f"no: {v.reason}") if v is not None else ""
+            votes = (f"yes (weight {readable(v.weight, 3)})" if v.votes else f"no: {veto_reason(self.board, c)}") \
+                if v is not None else ""
             lines.append([
                 esc(c.suite), esc(labels[c.name]), f"<div><code>{esc(c.name)}</code></div>",
                 f"<div>{esc(c.config or 'canonical')}</div>",
@@ -299,9 +336,10 @@ class _Site:
             "column of a suite such as throughput), and training tokens/s, measured in separate runs on whatever "
             "machine each ran, are not comparable.</p>"
         ) if not self.table.empty else ""
+        lead = lead_sentence(board)
         parts = [
             "<h1>mixbench leaderboard</h1>",
-            f'<p class="warning"><strong>{esc(first)}</strong></p>' if first else "",
+            f'<p class="lead{" warning" if not board.voting else ""}" id="lead">{esc(self.paths.text(lead))}</p>',
             "".join(f'<p class="note preamble">{esc(line)}</p>' for line in preamble(board) if line != first),
             f'<p class="note">{len(self.runs)} runs of {len(self.table.rows)} models (results store: '
             f"<code>{esc(self.paths.store_name)}</code>). Click a column header to sort, hover over it for the "
@@ -315,6 +353,7 @@ class _Site:
                 '<h2 id="legend">What the marks mean</h2>',
                 '<dl class="legend">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(self.paths.text(v))}</dd>"
                                                 for k, v in legend_items(board, plot)) + "</dl>",
+                self._directions_html(),
                 pareto,
                 self._learning_curves(),
                 '<h2 id="columns">Columns</h2>',
@@ -341,6 +380,31 @@ class _Site:
         )
         parts.append(f'<script type="application/json" id="board-data">{script_json(json.loads(board_json(board)))}</script>')
         self._write("index.html", "mixbench leaderboard", "\n".join(parts))
+
+    def _directions_html(self) -> str:
+        """Each vetoed column and each ‡ cell with the direction of its comparison in words and its p-value
+        (``control better, p = 0.002``; ``mixer better but not significant (p = 0.08)``): a sign and a p-value
+        alone leave the reader to work out who came out ahead."""
+        board = self.board
+        vetoed = [(c, veto_reason(board, c)) for c in self.table.columns
+                  if (v := board.verdicts.get(c.name)) is not None and not v.votes and c.role == "score"
+                  and v.reason.startswith(("no mixer beats", "every mixer cell"))]
+        marked = defaultdict(list)
+        for row in ordered_rows(board):
+            for c in self.table.columns:
+                if not row.control and self.table.cell(row, c) is not None and board.not_above(row, c):
+                    marked[c.name].append(f"{row.label}: {null_words(board, row, c) or 'not better than its null'}")
+        if not vetoed and not marked:
+            return ""
+        items = "".join(f"<dt><code>{esc(c.name)}</code> does not vote</dt><dd>{esc(self.paths.text(why))}</dd>"
+                        for c, why in vetoed)
+        items += "".join(f"<dt>{CONTROL_MARK} in <code>{esc(name)}</code></dt><dd>{esc('; '.join(lines))}</dd>"
+                         for name, lines in marked.items())
+        return ('<h3 id="directions">Who came out ahead where a null won</h3>'
+                '<p class="note">Each column a control or null model vetoed, and each cell marked '
+                f"{CONTROL_MARK}, with the direction of the difference in words and its p-value (paired test; "
+                "Holm's correction where the board applies it).</p>"
+                f'<dl class="legend directions">{items}</dl>')
 
     def _learning_curves(self) -> str:
         """curves/preset-<i>.png: every row's learning curve of a preset on one plot, against training FLOPs."""
@@ -377,12 +441,17 @@ class _Site:
                 by_preset[row.preset].append(row)
         if not by_preset:
             return False
-        from matplotlib.ticker import FuncFormatter, NullFormatter
+        from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
         from harness.reporting.plotting import figure, save
 
-        fig, axes = figure(5.5 * len(by_preset), 4.2, cols=len(by_preset))
-        for ax, (preset, rows) in zip(axes[0], sorted(by_preset.items())):
+        # at most two panels a row, 5.6 in each at 100 dpi: the figure is shown at its own width (<= 1,120 px)
+        cols = min(len(by_preset), 2)
+        n_rows = -(-len(by_preset) // cols)
+        fig, axes = figure(5.6 * cols, 4.2 * n_rows, rows=n_rows, cols=cols)
+        for ax in axes.flat[len(by_preset):]:
+            ax.set_visible(False)
+        for ax, (preset, rows) in zip(axes.flat, sorted(by_preset.items())):
             pts = []
             for row in rows:
                 speed = board.speed_of(row)
@@ -397,19 +466,25 @@ class _Site:
             if len(line) > 1:
                 ax.plot([x for x, _ in line], [y for _, y in line], c="#d62728", lw=1, alpha=0.6)
             for x, y, _, label in pts:
-                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8, parse_math=False)
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=9, parse_math=False)
             speeds = [p[0] for p in pts]
             logscale = max(speeds) / min(speeds) > 10
             if logscale:
                 ax.set_xscale("log")
-                ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: si(x)))
+                ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))  # major ticks only: none overlap
+                ax.xaxis.set_minor_locator(NullLocator())
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(5))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.6g}" if abs(x) < 1e4 else si(x)))
+            ax.margins(x=0.15, y=0.12)  # room for the labels beside the points
             ax.set_xlabel(f"{self._speed_label()}{', log scale' if logscale else ''}", parse_math=False)
             ax.set_ylabel(board.quality_name, parse_math=False)
-            ax.set_title(f"preset {preset}", parse_math=False)
+            ax.set_title(f"preset {preset}", loc="right", parse_math=False)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        save(fig, self.root / "pareto.png")
+        # above the first panel, beside its title: never over a point
+        axes.flat[0].legend(fontsize=9, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False,
+                            borderaxespad=0.2)
+        save(fig, self.root / "pareto.png", dpi=100)
         return True
 
     # ------------------------------------------------------------------ reproductions
@@ -428,7 +503,14 @@ class _Site:
         runs = [r for r in self.runs if r.manifest.suite == suite]
         parts = [f"<h1>Suite: {esc(suite)}</h1>"]
         columns = [c for c in self.table.columns if c.suite == suite]
+        figures = ""
         if columns:
+            order = suite_order(self.board, suite)
+            parts.append(
+                f'<p class="note">Rows in {esc(suite)}\'s own order: {esc(order.describe())}; rows a paired test '
+                "cannot tell apart share a place (=). Controls follow the mixers. The rank over every voting suite "
+                f'is on the <a href="{href("..", "index.html")}">leaderboard</a>.</p>'
+            )
             parts.append(self._board_html("suite", "suite-table", 1, suite))
             parts.append(
                 '<details><summary>Columns: full names, units and votes</summary>'
@@ -436,6 +518,8 @@ class _Site:
                 f'<p class="note">What the marks mean: the <a href="{href("..", "index.html")}#legend">legend on the '
                 "leaderboard</a>.</p>"
             )
+            figures = self._metric_figures(suite, order.rows)
+            parts.append(figures)
         section = ""
         if suite in SUITES.names():
             try:
@@ -446,11 +530,31 @@ class _Site:
         parts.append(section or self._generic_samples(runs))
         plotted = [r for r in _newest_first(runs) if self.plots.get(r.run_id)]
         if plotted:
-            parts.append("<h2>Plots</h2>")
-            for r in plotted:
-                parts.append(f"<h3>{self._run_label(r, 1)}</h3>{self._plots_html(r, 1)}")
+            stored = "".join(f"<h3>{self._run_label(r, 1)}</h3>{self._plots_html(r, 1)}" for r in plotted)
+            if figures:  # the side-by-side plots come first; each run's own plots on request
+                parts.append(f"<h2>Plots stored with each run</h2><details><summary>{len(plotted)} runs' plots, "
+                             "each of one model (at the size they were drawn)</summary>" + stored + "</details>")
+            else:
+                parts.append("<h2>Plots</h2>" + stored)
         parts.append("<h2>Runs</h2>" + self._run_list(runs, 1))
         self._write(f"suites/{self.suite_files[suite]}", f"mixbench · {suite}", "\n".join(parts))
+
+    def _metric_figures(self, suite: str, rows: list[Row]) -> str:
+        """suites/<suite>-<metric>.png: one plot per headline column with every model side by side
+        (:mod:`harness.reporting.site_plots`), rows in the suite's order."""
+        images = []
+        stem = self.suite_files[suite].removesuffix(".html")
+        for i, column in enumerate(plotted_columns(self.board, suite)):
+            name = f"{stem}-{i}-{slug(column.metric)}.png"
+            if metric_figure(self.board, column, rows, self.root / "suites" / name):
+                images.append(f'<img src="{esc(name)}" alt="{esc(column.name)}: every model side by side">')
+        if not images:
+            return ""
+        return ("<h2>Every model side by side</h2>"
+                '<p class="note">One plot per headline column: each model\'s value with its interval (the bar), '
+                "mixers blue, controls grey squares, in the order of the table above; the tie group follows the "
+                "name where the column votes. A log axis where the values span more than a factor of ten.</p>"
+                f'<div class="plots">{"".join(images)}</div>')
 
     def _run_label(self, run: RunRecord, depth: int) -> str:
         s = run.manifest.subject
@@ -514,7 +618,7 @@ class _Site:
             f"<h1>{esc(row.label)} / {esc(row.preset)}</h1>",
             kv_table([
                 ("mixer", self.paths.text(f"{subject.mixer} ({subject.mixer_source})")),
-                ("seeds", ", ".join(map(str, row.seeds)) or "—"),
+                ("training seeds", seeds_text(row.seeds)),
                 ("parameters", parameters), ("decode state floats", row.state_floats),
                 ("training FLOPs", si(row.train_flops, "FLOP", 4) if row.train_flops else row.train_flops),
                 ("training tokens/s", row.train_tokens_per_s),
@@ -544,7 +648,7 @@ class _Site:
             return ""
         from harness.reporting.plotting import figure, save
 
-        fig, axes = figure(6.5, 3.8)
+        fig, axes = figure(7.2, 3.6)  # 720 px at 100 dpi: shown at its own size, its text at 11 px and up
         ax = axes[0][0]
         for seed, curve in sorted(curves.values(), key=lambda c: (c[0] is None, c[0])):
             steps = [p.get("step") for p in curve if p.get("loss") is not None]
@@ -555,7 +659,7 @@ class _Site:
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("loss (nats/token)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # off the curves
         name = self.row_files[row.key].removesuffix(".html") + "-loss.png"
         save(fig, self.root / "rows" / name, dpi=100)
         return name

@@ -176,6 +176,8 @@ LEGEND = (
              "its {level} bootstrap interval (voting columns and, within each, the shared items resampled). "
              "= marks a row whose rank interval overlaps another's: their order is not settled. – marks a row "
              "that lacks a voting suite (not ranked; the list below says what it lacks)."),
+    ("votes (above a header)", "a voting column: the rank comes from these columns, so they stand first, right "
+                               "after the model and its parameters."),
     ("a, b, ... after a value", "tie groups of a voting column: group a (highlighted) holds the best row and "
                                 "every row a paired test on shared items cannot tell from it (Holm-corrected, "
                                 "family-wise alpha {alpha}); group b repeats that on the rest, and so on."),
@@ -226,7 +228,10 @@ def legend_items(board: Board, pareto: bool) -> list[tuple[str, str]]:
             continue
         if sep and lead.endswith(" does not vote") and lead.removesuffix(" does not vote") in names:
             continue  # the column list gives the reason
-        if sep and (lead in ("state", "seeds", STABILITY_MARK) or lead.startswith(f"{STABILITY_MARK} ")
+        if sep and lead == "seeds":  # the site writes seed ids, not a count with ids in brackets
+            items.append(("seeds", "the training seeds the row averages, by id: seed 0 is one seed (number 0), "
+                                   "seeds 0, 1, 2 are three."))
+        elif sep and (lead in ("state", STABILITY_MARK) or lead.startswith(f"{STABILITY_MARK} ")
                     or lead.startswith("rank stability of ")):  # docs/rank_stability.md
             items.append((lead, rest))
         elif line.startswith("no control rows"):
@@ -240,13 +245,14 @@ def legend_items(board: Board, pareto: bool) -> list[tuple[str, str]]:
 
 #: tooltips of the board's leading columns
 LEAD_TITLES = {
-    "rank": "Borda rank within the preset, its bootstrap interval in brackets",
+    "rank": "Borda rank within the preset, its bootstrap interval in brackets (= shared with another row)",
+    "order": "the row's place in this suite alone (its tie group in brackets); the leaderboard ranks over every suite",
     "model": "the model (mixer and config); its page has the loss curves and the provenance of its runs",
     "preset": "the model size and training recipe",
     "params": "trainable parameters",
     "state": "floats of decode state per sequence after the training context",
     "check": "the conformance gate's verdict (mixbench check): ok passed, skip scored with --skip-gate",
-    "seeds": "how many seeds the row averages (their ids)",
+    "seeds": "the training seeds the row averages, by id",
 }
 
 
