@@ -419,11 +419,16 @@ def _control_veto(table: Table, rows: list[Row], controls: list[Row], verdict: C
     kind = "context-free control" if control_row.context_free else "control"
     d = diffs[j]
     iv = "" if d.interval is None else f" [{_num(d.interval.low)}, {_num(d.interval.high)}]"
+    if _better(d, column.higher_is_better):
+        how = (f"the mixer ahead but not significantly after Holm's correction over the controls (p = "
+               f"{d.p_value:.2g}, alpha {config.alpha:g})")
+    else:
+        how = f"the control ahead or level (p = {d.p_value:.2g})"
     verdict.votes = False
     verdict.reason = (
         f"no mixer beats the {kind} {control_row.label}: {_cell_text(ctrl[order[j]])} against the best mixer, "
         f"{mixer_row.label}, {_cell_text(mixers[best])} (difference {_num(d.difference)}{iv} on the {d.scale}' "
-        f"scale, not significant at alpha {config.alpha:g} with Holm's correction, or in the control's favour)"
+        f"scale: {how})"
     )
 
 
