@@ -87,7 +87,8 @@ def test_run_takes_suite_config_and_prints_each_job(tmp_path, capsys):
             *TINY_TRAIN[:-1], "--suite-config", "perplexity.max_windows=3"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "model: mamba seed 0 @ tiny" in out and re.search(r"^\| perplexity \| ppl ↓ ", out, re.M)
+    assert re.search(r"model: mamba \(max_train_docs=40, token_budget=32768\) seed 0 @ tiny", out)
+    assert re.search(r"^\| perplexity \| ppl ↓ ", out, re.M)
     (run,) = list(ResultsStore(results).iter_runs(samples=False))
     assert run.manifest.suite_config["max_windows"] == 3
     for bad, message in ((["--suite-config", "glue.max_windows=3"], "suite 'glue' is not among --suites"),

@@ -80,11 +80,10 @@ def scored_report(store: ResultsStore, run_ids: Iterable[str], board: bool = Fal
 
 
 def model_label(run: RunRecord) -> str:
-    """The scored model as a reader names it: mixer (its config when not the default), seed and preset."""
+    """The scored model as a reader names it: its board label (the mixer and whatever differs from the defaults:
+    a scaling rung's smaller token budget too), seed and preset."""
     s = run.manifest.subject
-    config = f" ({', '.join(f'{k}={v}' for k, v in s.config_diff.items())})" if s.config_diff else ""
-    return (f"{s.mixer}{config}" + (f" seed {s.seed}" if s.seed is not None else "")
-            + (f" @ {s.preset}" if s.preset else ""))
+    return s.label + (f" seed {s.seed}" if s.seed is not None else "") + (f" @ {s.preset}" if s.preset else "")
 
 
 def headline_metrics(run: RunRecord) -> list[Metric]:
