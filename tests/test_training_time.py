@@ -87,3 +87,22 @@ def test_a_presets_own_setting_is_not_measured(monkeypatch):
     bigger = make_run_spec("none", "tiny", backbone_overrides={"d_model": 128})
     assert training_time.larger_than_preset(bigger)
     assert training_time.duration(90) == "90 s" and training_time.duration(3 * 86400) == "3.0 days"
+
+
+def test_run_says_what_the_grid_will_train_before_it_starts(tmp_path, capsys):
+    """The cost line comes before the first training, with the steps and tokens the spec gives (counted here
+    independently: budget // (batch x context) steps); a second call whose model is trained says only the suite
+    runs left."""
+    store = tmp_path / "store"
+    argv = ["run", "--mixers", "none", "--no-controls", "--preset", "tiny", "--tokens", "8192", "--max-train-docs",
+            "40", "--results", str(store), "--no-progress"]
+    assert main([*argv, "--suites", "perplexity", "--suite-config", "max_windows=2", "bootstrap=10"]) == 0
+    err = capsys.readouterr().err
+    spec = make_run_spec("none", "tiny", train_overrides={"token_budget": 8192})
+    batch, context = spec.train.batch_size, spec.model.backbone.context
+    steps = max(1, 8192 // (batch * context))
+    line = next(x for x in err.splitlines() if "this grid trains" in x)
+    assert f"trains 1 model(s): {steps:,} optimizer steps, {steps * batch * context:,} tokens, about " in line
+    assert line.endswith("then 1 suite run(s)") and err.index(line) < err.index("job 1/1")
+    assert main([*argv, "--suites", "perplexity", "--suite-config", "max_windows=3", "bootstrap=10"]) == 0
+    assert "every model is trained already; 1 suite run(s) to score" in capsys.readouterr().err

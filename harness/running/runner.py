@@ -34,7 +34,7 @@ from harness.store.identity import mixer_identity, model_identity, trained_ident
 from harness.running.planned import PlannedRun
 from harness.store.manifest import GateRecord
 from harness.model.memory import check_training
-from harness.running.training_time import check_training_time, training_label
+from harness.running.training_time import check_training_time, grid_cost_line, training_label
 from harness.store.storage import cache_dir
 from harness.registry import SUITES
 from harness.store.results import ResultsStore
@@ -403,6 +403,16 @@ def failure_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
 
 
+def _say_cost(todo: list[ModelJob], store: ResultsStore) -> None:
+    """One line before any training: what the grid trains (models, steps, tokens, time at the measured speed) and
+    how many suite runs follow (issue: "costs are known before they are spent")."""
+    untrained = [job.spec for job in todo if final_weights_hash(checkpoint_root(store) / job.model_id) is None]
+    suite_runs = sum(1 for job in todo for run in job.runs if run.run_id is None or not store.has_run(run.run_id))
+    line = grid_cost_line(untrained, suite_runs, todo[0].options.device) if untrained else (
+        f"[mixbench] every model is trained already; {suite_runs} suite run(s) to score")
+    print(line, file=sys.stderr, flush=True)
+
+
 def run_requests(
     reqs: Sequence[GridRequest],
     store: ResultsStore,
@@ -431,6 +441,7 @@ def run_requests(
             todo.append(job)
     todo = gate_jobs(todo, report, keep_going)
     if todo:
+        _say_cost(todo, store)
         executor = executor or LocalExecutor()
         if executor.needs_shared_store and store.root.startswith("memory://"):
             raise MixbenchError(

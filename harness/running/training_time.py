@@ -13,6 +13,7 @@ the check then costs nothing (the quickstart and the tests train at or below the
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -158,3 +159,27 @@ def duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:,.1f} {unit}"
     return f"{seconds:,.0f} s"
+
+
+def grid_cost_line(specs: list[RunSpec], suite_runs: int, device: str | torch.device) -> str:
+    """What a grid is about to spend, said before it starts: the models it trains, their optimizer steps and
+    tokens, the time that takes at the speed measured here (a few steps of each distinct model), and the suite
+    runs that follow (their time is not estimated: a suite's cost depends on its config)."""
+    dev = torch.device(device)
+    steps = tokens = 0
+    seconds = 0.0
+    for spec in specs:
+        context = spec.model.backbone.context
+        n = spec.train.steps(context)
+        steps += n
+        tokens += n * spec.train.batch_size * context
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            seconds = math.nan  # a CPU-only head planning GPU jobs: nothing can be measured here
+        elif not math.isnan(seconds):
+            speed, _ = measure_tokens_per_s(spec, dev)
+            seconds += n * spec.train.batch_size * context / speed
+    took = f"{seconds:.1f} s" if seconds < 10 else duration(seconds)
+    timed = ("" if math.isnan(seconds) else
+             f", about {took} of training at the speed measured here (a few optimizer steps of each)")
+    return (f"[mixbench] this grid trains {len(specs)} model(s): {steps:,} optimizer steps, {tokens:,} tokens{timed}; "
+            f"then {suite_runs} suite run(s)")
