@@ -206,7 +206,9 @@ class Display:
     text_columns: set[str]
 
 
-def _rank_text(board: Board, row: Row) -> str:
+def rank_text(board: Board, row: Row, always_interval: bool = False) -> str:
+    """``1``, ``=2 (1–3)``: the rank, its bootstrap interval where it is wider than one place (``always_interval``:
+    also where not, as the site shows it), ``=`` where it overlaps another row's."""
     if row.control:
         return "control"
     if row.external:
@@ -216,7 +218,7 @@ def _rank_text(board: Board, row: Row) -> str:
         return "–" if row.key in board.unranked else MISSING
     lo, hi = board.rank_interval.get(row.key) or (r, r)
     tie = "=" if board.tied.get(row.key) else ""
-    return f"{tie}{r} ({lo}–{hi})" if lo != hi else f"{tie}{r}"
+    return f"{tie}{r} ({lo}–{hi})" if lo != hi or always_interval else f"{tie}{r}"
 
 
 def ordered_rows(board: Board) -> list[Row]:
@@ -319,7 +321,7 @@ def _display(board: Board, view: str, suite: str | None, style: str,
     ordered = ordered_rows(board)
     for row in ordered:
         values = {
-            "rank": (_rank_text(board, row), board.rank.get(row.key)),
+            "rank": (rank_text(board, row), board.rank.get(row.key)),
             "model": (row.label + (UNTUNED_MARK if row.recipe in (UNTUNED, OVERRIDDEN) else ""), None),
             "preset": (row.preset, None),
             "params": (si(row.parameters), row.parameters),

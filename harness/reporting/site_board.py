@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from harness.reporting.board import Board, effective_groups, group_points
-from harness.reporting.render import MISSING, Display, display, ordered_rows
+from harness.reporting.render import MISSING, Display, display, ordered_rows, rank_text
 from harness.reporting.table import Column, Row
 
 #: the leading columns, in the order the site shows them; the voting columns go right after ``params``
@@ -27,15 +27,7 @@ AFTER_VOTES = ("state", "check", "seeds")
 
 def rank_cell(board: Board, row: Row) -> str:
     """``1 (1–1)``, ``=2 (1–3)``: the rank with its bootstrap interval, ``=`` where it overlaps another row's."""
-    if row.control:
-        return "control"
-    if row.external:
-        return "external"
-    r = board.rank.get(row.key)
-    if r is None:
-        return "–" if row.key in board.unranked else MISSING
-    lo, hi = board.rank_interval.get(row.key) or (r, r)
-    return f"{'=' if board.tied.get(row.key) else ''}{r} ({lo}–{hi})"
+    return rank_text(board, row, always_interval=True)
 
 
 def seeds_text(seeds) -> str:
