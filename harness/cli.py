@@ -185,6 +185,12 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
                    help="protocol size: cpu (default, this machine), gpu (the source's own scale), tiny (a smoke test)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: the plan's, else cuda when available)")
     p.add_argument("--force", action="store_true", help="redo runs the store already holds")
+    p.add_argument("--negatives", action="store_true",
+                   help="also run each target's negatives (the protocol with a subject for which the claim must "
+                        "fail); a target whose negative passes is 'cannot fail'. Always on with --plan")
+    p.add_argument("--subject", action="append", default=[], metavar="ROLE=MIXER",
+                   help="run the targets with MIXER (a registered name, optionally MIXER:{json config}) in ROLE "
+                        "(--list shows each target's roles); repeatable")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("tune", parents=[_common()],
@@ -805,7 +811,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from harness.registry import TARGETS
     from harness.running.reproduce import (
-        REPRODUCED, planned_steps, render_listing, render_result, run_target, save_record, verdict_note,
+        REPRODUCED, parse_subject_swaps, planned_steps, render_listing, render_result, run_target, save_record,
+        verdict_note,
     )
     from harness.store.results import ResultsStore
 
@@ -827,12 +834,21 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     device = _device(device)
     targets = [TARGETS.get(n) for n in names]
     targets = [entry.cls(entry.make_config()) for entry in targets]
+    if args.subject:
+        swaps = parse_subject_swaps(args.subject)
+        targets = [t.with_subjects({r: s for r, s in swaps.items() if r in t.subjects}) for t in targets]
+        unused = [r for r in swaps if not any(r in t.subjects for t in targets)]
+        if unused:
+            raise MixbenchError(f"reproduce --subject: no target asked for has the role {', '.join(unused)}; "
+                                "`mixbench reproduce --list` shows each target's roles.")
+    negatives = args.negatives or bool(args.plan)
     for target in targets:  # every name, mixer and suite config is checked before any work
-        planned_steps(target, args.scale, device)
+        planned_steps(target, args.scale, device, negatives)
     store = ResultsStore(args.results)
     results = []
     for target in targets:
-        result = run_target(target, args.scale, store, device, progress=not args.no_progress, force=args.force)
+        result = run_target(target, args.scale, store, device, progress=not args.no_progress, force=args.force,
+                            negatives=negatives)
         save_record(store, target, result)
         print(render_result(result), flush=True)
         results.append(result)

@@ -173,8 +173,20 @@ def register_suite(name: str, config: type | None = None, override: bool = False
 
 
 def register_target(name: str, config: type | None = None, override: bool = False):
-    """Class decorator for a :class:`harness.running.reproduce.Target`; see :func:`register_mixer`."""
-    return TARGETS.register(name, config, override)
+    """Class decorator for a :class:`harness.reproduction.Target`; see :func:`register_mixer`. The class must be
+    a Target of a known kind (a typo in ``kind`` would list a claim among the harness's checks)."""
+    inner = TARGETS.register(name, config, override)
+
+    def wrap(cls):
+        from harness.reproduction import KINDS, Target
+
+        if not (isinstance(cls, type) and issubclass(cls, Target)):
+            raise TypeError(f"target '{name}' must subclass harness.reproduction.Target, got {cls!r}")
+        if cls.kind not in KINDS:
+            raise TypeError(f"target '{name}' has kind {cls.kind!r}; kinds: {', '.join(KINDS)}")
+        return inner(cls)
+
+    return wrap
 
 
 #: ``--plugin`` modules imported by this process, in order (a command another process must repeat names them)

@@ -14,10 +14,16 @@ straddles it or there is no interval (a number without an interval proves nothin
 reproduced when every check is, not reproduced when any check is not, and inconclusive otherwise; a precondition
 check (what the protocol must give for the claim to be testable at all, such as units that specialise) that is not
 reproduced makes the target inconclusive.
+
+Negatives: a target declares the same protocol with a subject for which its claim must fail (:class:`Negative`: a
+fixed-state mixer in attention's role, eigenvalues in [0, 1] for [-1, 1]); a target whose negative is reproduced
+too could not have failed, so its verdict is void (:data:`CANNOT_FAIL`, :func:`final_verdict`). Kinds: a
+``reproduction`` checks a published claim, a ``check`` a property of this harness (docs/reproductions.md).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -31,6 +37,11 @@ from harness.errors import MixbenchError
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+#: a target whose negative passed too: the protocol cannot tell the claim from its opposite, the verdict is void
+CANNOT_FAIL = "cannot fail"
+#: a target's kind: a published claim, or a property of this harness (listed apart everywhere)
+REPRODUCTION, CHECK = "reproduction", "check"
+KINDS = (REPRODUCTION, CHECK)
 SCALES = ("tiny", "cpu", "gpu")
 #: scales whose runs only exercise the pipeline: a verdict there is said to mean nothing wherever it is shown
 SMOKE_SCALES = ("tiny",)
@@ -56,6 +67,20 @@ class Step:
     data: Mapping[str, Any] = field(default_factory=dict)  # data overrides (a larger vocabulary, another corpus)
     controls: tuple[str, ...] = ()
     mixer_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, suite: str, subjects: Sequence["Subject"], suite_config: Mapping[str, Any] | None = None,
+           **kwargs: Any) -> "Step":
+        """A step scoring ``subjects`` (each with its mixer config). Two configs of one mixer cannot share a step
+        (the grid keys configs by mixer name): give each its own step."""
+        configs: dict[str, Mapping[str, Any]] = {}
+        for s in subjects:
+            if s.mixer in configs and dict(configs[s.mixer]) != dict(s.config):
+                raise MixbenchError(f"a reproduction step cannot score two configs of {s.mixer}; give each its own "
+                                    "step.")
+            configs[s.mixer] = s.config
+        return cls(suite, tuple(configs), dict(suite_config or {}),
+                   mixer_configs={m: dict(c) for m, c in configs.items() if c}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -141,10 +166,51 @@ def overall(checks: Sequence[Check]) -> str:
     return INCONCLUSIVE
 
 
+def final_verdict(verdict: str, negative_verdicts: Sequence[str]) -> str:
+    """The target's verdict once its negatives ran: :data:`CANNOT_FAIL` when any negative is reproduced (the
+    protocol passes a subject for which the claim must fail), else the target's own verdict."""
+    return CANNOT_FAIL if REPRODUCED in negative_verdicts else verdict
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One model of a protocol: a registered mixer and the mixer config it runs with."""
+
+    mixer: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        items = ", ".join(f"{k}={v}" for k, v in self.config.items())
+        return f"{self.mixer} ({items})" if items else self.mixer
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mixer": self.mixer, "config": dict(self.config)}
+
+
+@dataclass(frozen=True)
+class Negative:
+    """The target's protocol with ``swaps`` (role -> subject) and ``settings`` (name -> value) replaced: a subject
+    or setting for which the claim must fail (``why``). Its verdict must not be reproduced."""
+
+    label: str
+    why: str
+    swaps: Mapping[str, Subject] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Target:
-    """A published claim and the protocol that checks it (see the module docstring)."""
+    """A published claim and the protocol that checks it (see the module docstring).
+
+    Steps and checks name their models through :meth:`subject` and their protocol choices through :meth:`setting`,
+    never directly, so that a :class:`Negative` (or a user's ``--subject ROLE=MIXER``) swaps them in both."""
 
     name: ClassVar[str]
+    kind: ClassVar[str] = REPRODUCTION
+    #: role -> the subject the claim is about (attention in "attention solves MQAR")
+    subjects: ClassVar[Mapping[str, Subject]] = {}
+    #: name -> a protocol value a negative may replace (the toy's learning rate)
+    settings: ClassVar[Mapping[str, Any]] = {}
     source: ClassVar[str] = ""  # paper and figure/table, or repository and file
     published: ClassVar[str] = ""  # the published claim, one sentence
     checked: ClassVar[str] = ""  # the claim as mixbench checks it: inequalities with their thresholds
@@ -153,6 +219,39 @@ class Target:
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg
+        self._swaps: dict[str, Subject] = {}
+        self._setting_swaps: dict[str, Any] = {}
+
+    def subject(self, role: str) -> Subject:
+        """The subject of ``role``: the declared one unless swapped (an unknown role is a bug in the target)."""
+        if role not in self.subjects:
+            raise MixbenchError(f"target {self.name!r} has no subject role {role!r}; its roles: "
+                                f"{', '.join(self.subjects) or 'none'}.")
+        return self._swaps.get(role, self.subjects[role])
+
+    def setting(self, name: str) -> Any:
+        if name not in self.settings:
+            raise MixbenchError(f"target {self.name!r} has no setting {name!r}; its settings: "
+                                f"{', '.join(self.settings) or 'none'}.")
+        return self._setting_swaps.get(name, self.settings[name])
+
+    def with_subjects(self, swaps: Mapping[str, Subject], settings: Mapping[str, Any] | None = None) -> "Target":
+        """A copy of this target with roles (and settings) replaced: what a negative, or ``--subject``, runs."""
+        for role in swaps:
+            self.subject(role)
+        for key in settings or {}:
+            self.setting(key)
+        twin = copy.copy(self)
+        twin._swaps = {**self._swaps, **swaps}
+        twin._setting_swaps = {**self._setting_swaps, **(settings or {})}
+        return twin
+
+    def negative_target(self, negative: Negative) -> "Target":
+        return self.with_subjects(negative.swaps, negative.settings)
+
+    def negatives(self, scale: str) -> list[Negative]:
+        """The runs for which this target's claim must fail (docs/reproductions.md: every built-in has one)."""
+        return []
 
     def steps(self, scale: str) -> list[Step]:
         raise NotImplementedError
@@ -193,10 +292,15 @@ class RunIndex:
             key = (record.manifest.suite, record.manifest.subject.mixer)
             self._runs.setdefault(key, []).append(record)
 
-    def records(self, suite: str, mixer: str) -> list[Any]:
-        return self._runs.get((suite, mixer), [])
+    def records(self, suite: str, mixer: "str | Subject") -> list[Any]:
+        """The runs of ``mixer`` under ``suite``; a :class:`Subject` keeps only runs whose recorded mixer config
+        holds every item of its config (two configs of one mixer are told apart)."""
+        if isinstance(mixer, str):
+            return self._runs.get((suite, mixer), [])
+        return [r for r in self._runs.get((suite, mixer.mixer), [])
+                if all((r.manifest.subject.mixer_config or {}).get(k) == v for k, v in mixer.config.items())]
 
-    def metric(self, suite: str, mixer: str, name: str) -> Any | None:
+    def metric(self, suite: str, mixer: "str | Subject", name: str) -> Any | None:
         """The metric ``name`` of ``mixer``'s run of ``suite`` (its first seed), or None when there is none."""
         for record in self.records(suite, mixer):
             for m in record.metrics:
@@ -204,31 +308,43 @@ class RunIndex:
                     return m
         return None
 
-    def measured(self, suite: str, mixer: str, name: str) -> Measured | None:
+    def measured(self, suite: str, mixer: "str | Subject", name: str) -> Measured | None:
         m = self.metric(suite, mixer, name)
         return None if m is None else Measured.of(m.value, m.interval)
 
-    def paired_difference(self, suite: str, mixer_a: str, mixer_b: str, name: str) -> Measured | None:
+    def paired_difference(self, suite: str, mixer_a: "str | Subject", mixer_b: "str | Subject",
+                          name: str) -> Measured | None:
         """``a - b`` of metric ``name`` on the items both runs share (paired bootstrap), or None without items."""
-        a, b = self.metric(suite, mixer_a, name), self.metric(suite, mixer_b, name)
-        if a is None or b is None or not a.items or not b.items:
-            return None
-        ia = dict(zip(a.items.ids, zip(a.items.values, a.items.weights or [1.0] * len(a.items.ids))))
-        ib = dict(zip(b.items.ids, zip(b.items.values, b.items.weights or [1.0] * len(b.items.ids))))
-        shared = sorted(set(ia) & set(ib))
-        if len(shared) < 2:
-            return None
-        va, wa = np.array([ia[i][0] for i in shared]), np.array([ia[i][1] for i in shared])
-        vb, wb = np.array([ib[i][0] for i in shared]), np.array([ib[i][1] for i in shared])
-        r = stats.paired_difference(va, vb, wa, wb, n_resamples=2000, seed=0)
-        return Measured.of(r.difference, r.interval)
+        return _paired(self.metric(suite, mixer_a, name), self.metric(suite, mixer_b, name))
+
+    def paired_metrics(self, suite: str, mixer: "str | Subject", name_a: str, name_b: str) -> Measured | None:
+        """``a - b`` of two metrics of one run on the items they share (two units masked on the same prompts)."""
+        return _paired(self.metric(suite, mixer, name_a), self.metric(suite, mixer, name_b))
+
+
+def _paired(a: Any | None, b: Any | None) -> Measured | None:
+    """The paired bootstrap difference of two metrics' per-item values on their shared items (None: too few)."""
+    if a is None or b is None or not a.items or not b.items:
+        return None
+    ia = dict(zip(a.items.ids, zip(a.items.values, a.items.weights or [1.0] * len(a.items.ids))))
+    ib = dict(zip(b.items.ids, zip(b.items.values, b.items.weights or [1.0] * len(b.items.ids))))
+    shared = sorted(set(ia) & set(ib))
+    if len(shared) < 2:
+        return None
+    va, wa = np.array([ia[i][0] for i in shared]), np.array([ia[i][1] for i in shared])
+    vb, wb = np.array([ib[i][0] for i in shared]), np.array([ib[i][1] for i in shared])
+    r = stats.paired_difference(va, vb, wa, wb, n_resamples=2000, seed=0)
+    return Measured.of(r.difference, r.interval)
 
 
 #: where a target's latest verdict at a scale lives in the results store (beside ``runs/``)
 RECORDS_DIR = "reproductions"
 #: a record file larger than this is not read (a store is untrusted input; a real record is a few kB)
 MAX_RECORD_BYTES = 1 << 20
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+#: versions a store may hold: version 1 predates kinds and negatives (read as a reproduction whose negatives did
+#: not run)
+READABLE_VERSIONS = (1, 2)
 
 
 def record_path(scale: str, target: str) -> str:
@@ -238,6 +354,37 @@ def record_path(scale: str, target: str) -> str:
     if not target or not all(c.isalnum() or c in "-_." for c in target) or target.startswith("."):
         raise MixbenchError(f"reproduction target name {target!r} is not a plain file name (letters, digits, - _ .).")
     return f"{RECORDS_DIR}/{scale}/{target}.json"
+
+
+@dataclass(frozen=True)
+class NegativeResult:
+    """A negative's run: what was swapped, why the claim must fail for it, and its checks (its verdict must not
+    be reproduced)."""
+
+    label: str
+    why: str
+    swaps: Mapping[str, Subject]
+    settings: Mapping[str, Any]
+    checks: tuple[Check, ...]
+
+    @property
+    def verdict(self) -> str:
+        return overall(self.checks)
+
+    @property
+    def passed(self) -> bool:
+        """True when the negative did what it must: its claim was not reproduced."""
+        return self.verdict != REPRODUCED
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "why": self.why, "verdict": self.verdict,
+                "swaps": {role: s.to_json() for role, s in self.swaps.items()},
+                "settings": dict(self.settings), "checks": [_check_json(c) for c in self.checks]}
+
+
+def target_verdict(checks: Sequence[Check], negatives: Sequence[NegativeResult] | None) -> str:
+    """The verdict of a target's own checks, void (:data:`CANNOT_FAIL`) when a negative that ran passed too."""
+    return final_verdict(overall(checks), [n.verdict for n in negatives or ()])
 
 
 @dataclass(frozen=True)
@@ -258,18 +405,25 @@ class ReproductionRecord:
     protocol: str
     departures: str
     run_ids: tuple[str, ...] = ()
+    kind: str = REPRODUCTION
+    #: None: the negatives were not run (``reproduce`` without ``--negatives``); the verdict then stands unchecked
+    negatives: tuple[NegativeResult, ...] | None = None
+
+    @property
+    def own_verdict(self) -> str:
+        """The verdict of the target's own checks, before its negatives are counted."""
+        return overall(self.checks)
 
     @property
     def verdict(self) -> str:
-        return overall(self.checks)
+        return target_verdict(self.checks, self.negatives)
 
     def to_json(self) -> str:
-        checks = [{"what": c.what, "threshold": c.threshold, "above": c.above, "expected": c.expected,
-                   "measured": None if c.measured is None else _finite_or_none(vars(c.measured)),
-                   "verdict": c.verdict, "note": c.note, "counts": c.counts, "precondition": c.precondition}
-                  for c in self.checks]
-        body = {"version": RECORD_VERSION, "target": self.target, "scale": self.scale, "verdict": self.verdict,
-                "verdict_note": verdict_note(self.scale), "checks": checks, "wall_s": self.wall_s,
+        body = {"version": RECORD_VERSION, "target": self.target, "kind": self.kind, "scale": self.scale,
+                "verdict": self.verdict, "own_verdict": self.own_verdict,
+                "verdict_note": verdict_note(self.scale), "checks": [_check_json(c) for c in self.checks],
+                "negatives": None if self.negatives is None else [n.to_json() for n in self.negatives],
+                "wall_s": self.wall_s,
                 "written_at": self.written_at, "git": self.git, "device": self.device, "source": self.source,
                 "published": self.published, "checked": self.checked, "protocol": self.protocol,
                 "departures": self.departures, "run_ids": list(self.run_ids)}
@@ -288,8 +442,8 @@ class ReproductionRecord:
             body = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise bad(f"not JSON: {exc}") from None
-        if not isinstance(body, dict) or body.get("version") != RECORD_VERSION:
-            raise bad(f"not a version {RECORD_VERSION} object")
+        if not isinstance(body, dict) or body.get("version") not in READABLE_VERSIONS:
+            raise bad(f"not a version {' or '.join(map(str, READABLE_VERSIONS))} object")
         text = {k: body.get(k) for k in ("target", "scale", "written_at", "device", "source", "published",
                                          "checked", "protocol", "departures")}
         if not all(isinstance(v, str) for v in text.values()) or text["scale"] not in SCALES:
@@ -304,9 +458,16 @@ class ReproductionRecord:
             raise bad("run_ids is not a list of run ids")
         if not isinstance(checks, list):
             raise bad("checks is not a list")
+        kind = body.get("kind", REPRODUCTION)
+        if kind not in KINDS:
+            raise bad(f"kind is not one of {', '.join(KINDS)}")
+        negatives = body.get("negatives")
+        if negatives is not None and not isinstance(negatives, list):
+            raise bad("negatives is not a list")
         return cls(text["target"], text["scale"], tuple(_check_from(c, bad) for c in checks), float(wall),
                    text["written_at"], git, text["device"], text["source"], text["published"], text["checked"],
-                   text["protocol"], text["departures"], tuple(run_ids))
+                   text["protocol"], text["departures"], tuple(run_ids), kind,
+                   None if negatives is None else tuple(_negative_from(n, bad) for n in negatives))
 
 
 def _is_number(x: Any) -> bool:
@@ -315,6 +476,26 @@ def _is_number(x: Any) -> bool:
 
 def _finite_or_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def _check_json(c: Check) -> dict[str, Any]:
+    return {"what": c.what, "threshold": c.threshold, "above": c.above, "expected": c.expected,
+            "measured": None if c.measured is None else _finite_or_none(vars(c.measured)),
+            "verdict": c.verdict, "note": c.note, "counts": c.counts, "precondition": c.precondition}
+
+
+def _negative_from(d: Any, bad) -> NegativeResult:
+    if not isinstance(d, dict) or not isinstance(d.get("label"), str) or not isinstance(d.get("why"), str):
+        raise bad("a negative lacks its label or why")
+    swaps, settings, checks = d.get("swaps", {}), d.get("settings", {}), d.get("checks")
+    if not isinstance(swaps, dict) or not isinstance(settings, dict) or not isinstance(checks, list):
+        raise bad(f"negative {d['label']!r} lacks swaps, settings or checks")
+    subjects = {}
+    for role, s in swaps.items():
+        if not isinstance(s, dict) or not isinstance(s.get("mixer"), str) or not isinstance(s.get("config", {}), dict):
+            raise bad(f"negative {d['label']!r} swaps {role!r} for something that is not a subject")
+        subjects[str(role)] = Subject(s["mixer"], dict(s.get("config", {})))
+    return NegativeResult(d["label"], d["why"], subjects, dict(settings), tuple(_check_from(c, bad) for c in checks))
 
 
 def _check_from(d: Any, bad) -> Check:

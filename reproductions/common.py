@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from harness.reproduction import Measured, RunIndex
+from harness.reproduction import Measured, RunIndex, Subject
 
 #: the ProtoT paper's four mixers (docs/PAPERS.md)
 PAPER_MIXERS = ("attention", "mamba", "deltanet", "protot")
@@ -12,7 +12,7 @@ PAPER_MIXERS = ("attention", "mamba", "deltanet", "protot")
 FIXED_STATE = ("mamba", "deltanet", "protot")
 
 
-def measured_like(runs: RunIndex, suite: str, mixer: str, pattern: str) -> Measured | None:
+def measured_like(runs: RunIndex, suite: str, mixer: "str | Subject", pattern: str) -> Measured | None:
     """The first metric of ``mixer``'s run of ``suite`` whose name matches ``pattern`` (fnmatch)."""
     for record in runs.records(suite, mixer):
         for m in record.metrics:

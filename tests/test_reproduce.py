@@ -15,7 +15,7 @@ import pytest
 
 from harness.registry import TARGETS
 from harness.reproduction import (
-    INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Check, Measured, RunIndex, overall, verdict,
+    CANNOT_FAIL, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Check, Measured, RunIndex, overall, verdict,
 )
 from harness.store.results import ResultsStore
 from tests.planted import manifest, put, score, subject
@@ -154,20 +154,22 @@ def test_a_user_target_registers_like_a_suite_and_its_verdict_sets_the_exit_code
 def test_every_built_in_target_runs_its_pipeline_at_scale_tiny(tmp_path):
     """The whole pipeline of each target (training, suites, the store, the checks) at a smoke-test size. The
     verdicts at this size mean nothing; every check must be measured (no "missing") and rendered."""
-    out = _cli("reproduce", "--all", "--scale", "tiny", "--results", str(tmp_path / "store"), "--no-progress",
-               timeout=1500)
+    out = _cli("reproduce", "--all", "--scale", "tiny", "--negatives", "--results", str(tmp_path / "store"),
+               "--no-progress", timeout=1500)
     assert out.returncode in (0, 1), out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     for name in TARGETS.names():
         assert f"\n{name} (scale tiny" in "\n" + out.stdout, (name, out.stdout)
-    assert "missing" not in out.stdout, out.stdout
+        block = out.stdout.split(f"\n{name} (scale tiny")[1].split("\n\n")[0]
+        assert "\n  negative: " in block, (name, block)  # every negative ran and was checked
+    assert "missing" not in out.stdout.split("negative:")[0], out.stdout
     # one summary line per target, "name (padded to 28) verdict (its note)", before the runs' numbers that every
     # scoring command ends with
     lines = out.stdout.splitlines()
     summary = [next(line for line in reversed(lines) if line.startswith(f"{name:<28} ")) for name in TARGETS.names()]
     assert all("the verdict means nothing at this scale" in line for line in summary)
     verdicts = {line.split()[0]: line.split(None, 1)[1].split(" (")[0].strip() for line in summary}
-    assert set(verdicts.values()) <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
+    assert set(verdicts.values()) <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, CANNOT_FAIL}
     site = _cli("publish", "--results", str(tmp_path / "store"), "--out", str(tmp_path / "site"))
     assert site.returncode == 0, site.stderr[-3000:]
     page = (tmp_path / "site" / "reproductions.html").read_text()
@@ -219,8 +221,8 @@ def test_a_verdict_at_the_smoke_scale_says_it_means_nothing_on_its_own_line(tmp_
 
     checks = [Check("a check", 0.5, True, Measured(0.9, 0.8, 0.95, "wilson 95%"))]
     tiny = render_result(TargetResult("my-claim", "tiny", checks, 3.0)).splitlines()[0]
-    assert tiny == f"my-claim (scale tiny, 3 s): REPRODUCED ({SMOKE_NOTE})"
-    assert render_result(TargetResult("my-claim", "cpu", checks, 3.0)).splitlines()[0] == \
+    assert tiny == f"my-claim (scale tiny, 3 s): REPRODUCED (negatives not run: --negatives) ({SMOKE_NOTE})"
+    assert render_result(TargetResult("my-claim", "cpu", checks, 3.0, negatives=())).splitlines()[0] == \
         "my-claim (scale cpu, 3 s): REPRODUCED"
     records = [ReproductionRecord("my-claim", scale, tuple(checks), 3.0, "2026-01-01T00:00:00+00:00", None, "cpu",
                                   "s", "p", "c", "proto", "d") for scale in ("tiny", "cpu")]
@@ -243,3 +245,154 @@ def test_the_listing_is_accurate_and_names_each_config_once(capsys):
     protocol = next(line for line in block.splitlines() if line.strip().startswith("protocol:"))
     assert protocol.count("tasks=s3") == 1, protocol
     assert "num_householder=2" in protocol and "num_householder=1" in protocol and protocol.count(", none") == 1
+
+
+def test_every_built_in_target_has_a_kind_and_a_negative_that_changes_something():
+    """A negative equal to the target would pass exactly when the target does: each must swap a subject or a
+    setting for another value, through roles and settings the target declares."""
+    from harness.reproduction import KINDS
+
+    for entry in TARGETS.entries():
+        target = entry.cls(entry.make_config())
+        assert target.kind in KINDS, entry.name
+        for scale in ("tiny", "cpu", "gpu"):
+            negatives = target.negatives(scale)
+            assert negatives, (entry.name, scale)
+            for n in negatives:
+                changed = [r for r, s in n.swaps.items() if s != target.subject(r)] + \
+                          [k for k, v in n.settings.items() if v != target.setting(k)]
+                assert changed and n.label and n.why, (entry.name, scale, n)
+                target.negative_target(n).steps(scale)  # its protocol is buildable
+    assert {e.name for e in TARGETS.entries() if e.cls.kind == "check"} >= {"controls", "leading-terms"}
+
+
+PLANTED_TARGET = textwrap.dedent('''
+    from harness.registry import register_target
+    from harness.reproduction import Check, Measured, Negative, Subject, Target
+
+    #: what each subject "scores": no training, so the verdict logic runs alone
+    SCORES = {"attention": 0.95, "none": 0.2, "leaky": 0.97}
+
+    @register_target("planted-claim")
+    class Planted(Target):
+        source = published = checked = "planted"
+        subjects = {"subject": Subject("attention")}
+
+        def negatives(self, scale):
+            return [Negative("none in attention's place", "no mixing: no recall", {"subject": Subject("none")})]
+
+        def steps(self, scale):
+            return []
+
+        def checks(self, runs, scale):
+            s = self.subject("subject")
+            v = SCORES.get(s.mixer, 0.5)
+            return [Check(f"{s.label} recall", 0.9, True, Measured(v, v - 0.02, v + 0.02, "planted"))]
+''')
+
+
+def test_a_negative_that_passes_voids_the_verdict_and_a_failing_one_keeps_it(tmp_path, monkeypatch, capsys):
+    """The planted claim holds for attention; its negative (`none`) fails it, so the verdict stands. Planted so that
+    the negative passes too (every subject scores 0.97), the same target is 'cannot fail', exits 1, and its record
+    and the site say so."""
+    from harness.reporting.site_reproductions import reproductions_body
+    from harness.reproduction import load_records
+    from tests.conftest import main
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "planted_ok.py").write_text(PLANTED_TARGET)
+    (tmp_path / "planted_leaky.py").write_text(PLANTED_TARGET.replace('"planted-claim"', '"leaky-claim"')
+                                               .replace("SCORES.get(s.mixer, 0.5)", "0.97"))
+    store = tmp_path / "store"
+    common = ["--scale", "tiny", "--results", str(store), "--no-progress", "--negatives"]
+    assert main(["reproduce", "planted-claim", "--plugin", "planted_ok", *common]) == 0
+    out = capsys.readouterr().out
+    assert "planted-claim (scale tiny, 0 s): REPRODUCED" in out and "negative: none in attention's place" in out
+    assert "none recall" in out and "not reproduced" in out
+    assert main(["reproduce", "leaky-claim", "--plugin", "planted_leaky", *common]) == 1
+    out = capsys.readouterr().out
+    assert "leaky-claim (scale tiny, 0 s): CANNOT FAIL (its own checks: reproduced; the negative none in " \
+           "attention's place was reproduced too)" in out, out
+    records = {r.target: r for r in load_records(ResultsStore(store))[0]}
+    assert records["leaky-claim"].verdict == CANNOT_FAIL and records["leaky-claim"].own_verdict == REPRODUCED
+    assert records["planted-claim"].verdict == REPRODUCED and records["planted-claim"].negatives[0].passed
+    kept = json.loads((store / "reproductions" / "tiny" / "leaky-claim.json").read_text())
+    assert kept["verdict"] == CANNOT_FAIL and kept["negatives"][0]["swaps"] == {"subject": {"mixer": "none",
+                                                                                            "config": {}}}
+    page = reproductions_body(list(records.values()), [], set(), {})
+    assert "cannot fail" in page and "passed: the protocol cannot fail, the verdict is void" in page
+    # without --negatives the verdict stands unchecked, and says so
+    assert main(["reproduce", "leaky-claim", "--plugin", "planted_leaky", "--scale", "tiny", "--results",
+                 str(store), "--no-progress"]) == 0
+    assert "(negatives not run: --negatives)" in capsys.readouterr().out
+
+
+def test_a_subject_swapped_on_the_command_line_reaches_the_checks(tmp_path, monkeypatch, capsys):
+    """``--subject ROLE=MIXER`` runs a target's protocol on a user's mixer: the planted claim fails for `none`."""
+    from tests.conftest import main
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "planted_ok.py").write_text(PLANTED_TARGET)
+    args = ["reproduce", "planted-claim", "--plugin", "planted_ok", "--scale", "tiny", "--results",
+            str(tmp_path / "store"), "--no-progress"]
+    assert main([*args, "--subject", "subject=none"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT REPRODUCED" in out and "none recall" in out and "attention recall" not in out
+    assert main([*args, "--subject", 'subject=deltanet:{"allow_neg_eigval": true}']) == 1
+    assert "deltanet (allow_neg_eigval=True) recall" in capsys.readouterr().out
+    for bad, message in (("nosuchrole=none", "no target asked for has the role nosuchrole"),
+                         ("subject", "expected ROLE=MIXER"), ("subject=none:[1]", "must be a JSON object"),
+                         ("subject=no-such-mixer", "no-such-mixer")):
+        assert main([*args, "--subject", bad]) == 2, bad
+        assert message in capsys.readouterr().err, bad
+
+
+def test_records_keep_kind_and_negatives_and_old_records_still_read():
+    from harness.errors import MixbenchError
+    from harness.reproduction import NegativeResult, ReproductionRecord, Subject
+
+    yes = Check("a", 0.0, True, Measured(1.0, 0.5, 1.5, "planted"))
+    neg = NegativeResult("x in y's place", "why", {"subject": Subject("none", {"k": 1})}, {"lr": 5.0}, (yes,))
+    record = ReproductionRecord("t", "cpu", (yes,), 1.0, "2026-01-01T00:00:00+00:00", None, "cpu", "s", "p", "c",
+                                "proto", "d", ("r1",), "check", (neg,))
+    back = ReproductionRecord.from_json(record.to_json().encode(), "x.json")
+    assert back == record and back.verdict == CANNOT_FAIL and back.kind == "check"
+    old = json.loads(record.to_json())
+    old.update(version=1)
+    for key in ("kind", "negatives", "own_verdict"):
+        del old[key]
+    legacy = ReproductionRecord.from_json(json.dumps(old).encode(), "old.json")
+    assert legacy.kind == "reproduction" and legacy.negatives is None and legacy.verdict == REPRODUCED
+    for change, message in (({"kind": "claim"}, "kind is not one of"), ({"negatives": {}}, "negatives is not a list"),
+                            ({"negatives": [{"label": "x", "why": "y", "swaps": {"s": 3}, "settings": {},
+                                             "checks": []}]}, "not a subject")):
+        with pytest.raises(MixbenchError, match=message):
+            ReproductionRecord.from_json(json.dumps({**json.loads(record.to_json()), **change}).encode(), "b.json")
+
+
+def test_a_target_must_subclass_target_with_a_known_kind():
+    from harness.registry import register_target
+    from harness.reproduction import Target
+
+    class Typo(Target):
+        kind = "reproducton"
+
+    with pytest.raises(TypeError, match="kinds: reproduction, check"):
+        register_target("typo-kind")(Typo)
+    with pytest.raises(TypeError, match="must subclass harness.reproduction.Target"):
+        register_target("not-a-target")(object)
+    assert "typo-kind" not in TARGETS.names() and "not-a-target" not in TARGETS.names()
+
+
+def test_the_listing_puts_the_harness_checks_apart_and_names_each_negative(capsys):
+    from tests.conftest import main
+
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    claims, checks = out.split("== Checks of this harness")
+    assert claims.startswith("== Reproductions of published claims ==")
+    assert "\ncontrols\n" in checks and "\nleading-terms\n" in checks and "\nzoology-mqar\n" in claims
+    assert "\ncontrols\n" not in claims
+    assert "negatives:  learning rate 5 in place of 0.5" in checks

@@ -11,13 +11,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.reproduction import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ReproductionRecord, verdict_note
+from harness.reproduction import (
+    CANNOT_FAIL, INCONCLUSIVE, KINDS, NOT_REPRODUCED, REPRODUCED, ReproductionRecord, verdict_note,
+)
 from harness.reporting.site_html import esc, href, kv_table, slug, table_html
 
 PAGE = "reproductions.html"
 PLOTS_DIR = "reproductions"  # the page's plots, one PNG per record
 VERDICT_COLOURS = {REPRODUCED: "#2ca02c", NOT_REPRODUCED: "#d62728", INCONCLUSIVE: "#7f7f7f"}
-VERDICT_CLASSES = {REPRODUCED: "good", NOT_REPRODUCED: "bad", INCONCLUSIVE: "unsure"}
+VERDICT_CLASSES = {REPRODUCED: "good", NOT_REPRODUCED: "bad", INCONCLUSIVE: "unsure",
+                   CANNOT_FAIL: "bad"}
+#: the page's tables, one per kind: published claims first, this harness's own checks apart
+KIND_TITLES = {"reproduction": "Reproductions of published claims",
+               "check": "Checks of this harness (a property mixbench must have, not a published result)"}
 
 
 def record_anchor(record: ReproductionRecord) -> str:
@@ -35,8 +41,9 @@ def reproductions_body(records: list[ReproductionRecord], problems: list[str], r
         "threshold, <em>not reproduced</em> when it lies wholly on the other side, and <em>inconclusive</em> when "
         "it straddles the threshold or has no interval. A target is reproduced when every check counted is; a "
         "precondition that fails (the budget cannot test the claim) makes it inconclusive. Checks marked "
-        "&ldquo;reported only&rdquo; do not count. Scale <code>tiny</code> is a smoke test: its verdicts mean "
-        "nothing.</p>",
+        "&ldquo;reported only&rdquo; do not count. Each target declares <em>negatives</em>: its protocol with a "
+        "subject for which the claim must fail; a target whose negative is reproduced too <em>cannot fail</em> and "
+        "its verdict is void. Scale <code>tiny</code> is a smoke test: its verdicts mean nothing.</p>",
     ]
     if problems:
         parts.append('<div class="warning"><strong>Records that could not be read:</strong><ul>'
@@ -45,33 +52,65 @@ def reproductions_body(records: list[ReproductionRecord], problems: list[str], r
         parts.append("<p>This results store holds no reproduction record yet; run <code>mixbench reproduce "
                      "--all</code> (or <code>--plan plans/reproduce.yaml</code>) with this store.</p>")
         return "\n".join(parts)
-    rows, raw = [], []
-    for r in records:
-        counted = [c for c in r.checks if c.counts]
-        met = sum(c.verdict == REPRODUCED for c in counted)
-        rows.append([f'<a href="#{esc(record_anchor(r))}">{esc(r.target)}</a>', esc(r.scale),
-                     _verdict_html(r.verdict) + _note_html(r.scale),
-                     esc(f"{met} of {len(counted)}"), esc(_duration(r.wall_s)), esc(r.written_at),
-                     esc(r.git or "unknown")])
-        raw.append([r.target, r.scale, r.verdict, met, r.wall_s, r.written_at, r.git or ""])
-    parts.append(table_html(["target", "scale", "verdict", "checks reproduced", "wall time", "run at", "commit"],
-                            rows, table_id="reproductions", raw=raw,
-                            text_keys={"target", "scale", "verdict", "run at", "commit"}))
+    for kind in KINDS:
+        of_kind = [r for r in records if r.kind == kind]
+        if of_kind:
+            parts.append(f"<h2>{esc(KIND_TITLES[kind])}</h2>")
+            parts.append(_summary(of_kind, kind))
     for r in records:
         parts.append(_section(r, run_ids, plots.get(record_anchor(r))))
     return "\n".join(parts)
 
 
-def _section(r: ReproductionRecord, run_ids: set[str], plot: str | None) -> str:
-    checks = []
-    for c in r.checks:
+def _summary(records: list[ReproductionRecord], kind: str) -> str:
+    """One table of targets: the verdict, the target's own checks and its negatives' verdicts."""
+    rows, raw = [], []
+    for r in records:
+        counted = [c for c in r.checks if c.counts]
+        met = sum(c.verdict == REPRODUCED for c in counted)
+        negatives = _negatives_text(r)
+        rows.append([f'<a href="#{esc(record_anchor(r))}">{esc(r.target)}</a>', esc(r.scale),
+                     _verdict_html(r.verdict) + _note_html(r.scale), _verdict_html(r.own_verdict),
+                     esc(f"{met} of {len(counted)}"), esc(negatives), esc(_duration(r.wall_s)), esc(r.written_at),
+                     esc(r.git or "unknown")])
+        raw.append([r.target, r.scale, r.verdict, r.own_verdict, met, negatives, r.wall_s, r.written_at,
+                    r.git or ""])
+    headers = ["target", "scale", "verdict", "own checks", "checks reproduced", "negatives", "wall time", "run at",
+               "commit"]
+    return table_html(headers, rows, table_id=f"reproductions-{kind}", raw=raw,
+                      text_keys={"target", "scale", "verdict", "own checks", "negatives", "run at", "commit"})
+
+
+def _negatives_text(r: ReproductionRecord) -> str:
+    if r.negatives is None:
+        return "not run"
+    return "; ".join(f"{n.label}: {n.verdict}" for n in r.negatives) or "none declared"
+
+
+def _check_rows(checks) -> list[list[str]]:
+    rows = []
+    for c in checks:
         verdict = _verdict_html(c.verdict)
         if not c.counts:
             verdict += " (reported only)"
         if c.precondition:
             verdict += " [precondition]"
         measured = "missing" if c.measured is None else c.measured.render()
-        checks.append([esc(c.what), esc(c.expected), esc(measured), verdict, esc(c.note)])
+        rows.append([esc(c.what), esc(c.expected), esc(measured), verdict, esc(c.note)])
+    return rows
+
+
+def _section(r: ReproductionRecord, run_ids: set[str], plot: str | None) -> str:
+    headers = ["check", "expected", "measured [interval] (kind)", "verdict", "note"]
+    negatives = []
+    for n in r.negatives or ():
+        fate = "did not pass, as it must" if n.passed else "passed: the protocol cannot fail, the verdict is void"
+        negatives += [f"<h3>Negative: {esc(n.label)}: {_verdict_html(n.verdict)} ({esc(fate)})</h3>",
+                      f'<p class="note">{esc(n.why)}</p>',
+                      table_html(headers, _check_rows(n.checks), sortable=False, text_keys=set(headers))]
+    if r.negatives is None:
+        negatives.append('<p class="note">Negatives not run with this record (<code>mixbench reproduce '
+                         "--negatives</code>): nothing here shows the verdict could have failed.</p>")
     runs = ", ".join(
         f'<a href="{href("runs", f"{rid}.html")}">{esc(rid[:12])}</a>' if rid in run_ids else esc(rid[:12])
         for rid in r.run_ids) or "none recorded"
@@ -83,11 +122,12 @@ def _section(r: ReproductionRecord, run_ids: set[str], plot: str | None) -> str:
     return "\n".join([
         f'<h2 id="{esc(record_anchor(r))}">{esc(r.target)} <small>(scale {esc(r.scale)})</small>: '
         f"{_verdict_html(r.verdict)}{_note_html(r.scale)}</h2>",
-        kv_table([("source", r.source), ("published claim", r.published), ("checked claim", r.checked),
+        kv_table([("kind", r.kind), ("source", r.source), ("published claim", r.published),
+                  ("checked claim", r.checked),
                   ("protocol", r.protocol), ("departures from the source", r.departures), ("device", r.device),
                   ("wall time", _duration(r.wall_s)), ("run at", r.written_at), ("commit", r.git or "unknown")]),
-        table_html(["check", "expected", "measured [interval] (kind)", "verdict", "note"], checks, sortable=False,
-                   text_keys={"check", "expected", "measured [interval] (kind)", "verdict", "note"}),
+        table_html(headers, _check_rows(r.checks), sortable=False, text_keys=set(headers)),
+        *negatives,
         figure,
         f'<p class="note">Runs behind it: {runs}'
         + (f" ({missing} not in this store: published from another store, or deleted)" if missing else "")

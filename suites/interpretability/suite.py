@@ -436,37 +436,40 @@ class _Run:
         self._intervention_intervals(first, base)
 
     def _intervention_intervals(self, rows: dict, base) -> None:
-        """The claims of docs/reproductions.md ("protot-intervention") with intervals: the target unit's effect on
-        its word's probability against a random unit's, paired on the prompts (bootstrap), and the perplexity
-        change of masking the target unit (bootstrap over windows, token-weighted)."""
+        """The claims of docs/reproductions.md ("protot-intervention") with intervals, for every unit role (target,
+        complement, neutral, random: a negative runs the claim on the random unit): the relative change of the word's
+        probability (bootstrap over prompts, per-prompt values kept so two roles pair on the prompts), the target's
+        change minus the random unit's, and the perplexity change of masking the unit (bootstrap over windows,
+        token-weighted)."""
         target = rows.get("target")
         if target is None:
             return
         level, n_boot, seed = 0.95, 1000, self.cfg.seed
-        if len(target.dprob) >= 2:
-            dprob = np.asarray(target.dprob)
-            res = stats.bootstrap((dprob,), lambda d, axis=-1: d.mean(axis=axis), n_resamples=n_boot, level=level,
-                                  seed=seed)
-            self.metrics.append(Metric("dprob_interval/target", res.point, False, role="diagnostic",
-                                       interval=res.interval, n=len(dprob),
-                                       unit="relative change of the word's probability, target unit masked"))
+        ids = tuple(f"{int(w)}:{int(t)}" for w, t in base.prompts.tolist())
+        mean = lambda d, axis=-1: d.mean(axis=axis)  # noqa: E731
+        for role, row in rows.items():
+            if len(row.dprob) >= 2:
+                dprob = np.asarray(row.dprob)
+                res = stats.bootstrap((dprob,), mean, n_resamples=n_boot, level=level, seed=seed)
+                self.metrics.append(Metric(f"dprob_interval/{role}", res.point, False, role="diagnostic",
+                                           interval=res.interval, n=len(dprob),
+                                           unit=f"relative change of the word's probability, {role} unit masked",
+                                           items=ItemValues(ids, tuple(dprob.tolist()))))
+            if len(row.window_dnll) >= 2:
+                dnll, tokens = np.asarray(row.window_dnll), np.asarray(row.window_tokens)
+                keep = tokens > 0
+                res = stats.bootstrap((dnll[keep], tokens[keep]),
+                                      lambda d, t, axis=-1: np.expm1(d.sum(axis=axis) / t.sum(axis=axis)),
+                                      n_resamples=n_boot, level=level, seed=seed)
+                self.metrics.append(Metric(f"dppl_interval/{role}", res.point, False, role="diagnostic",
+                                           interval=res.interval, n=int(keep.sum()),
+                                           unit=f"relative perplexity change, masking the {role} unit"))
         if "random" in rows and len(target.dprob) >= 2:
             gap = np.asarray(target.dprob) - np.asarray(rows["random"].dprob)
-            res = stats.bootstrap((gap,), lambda g, axis=-1: g.mean(axis=axis), n_resamples=n_boot, level=level,
-                                  seed=seed)
-            ids = tuple(f"{int(w)}:{int(t)}" for w, t in base.prompts.tolist())
+            res = stats.bootstrap((gap,), mean, n_resamples=n_boot, level=level, seed=seed)
             self.metrics.append(Metric("dprob_gap/random", res.point, False, role="diagnostic", interval=res.interval,
                                        n=len(gap), unit="relative change, target unit - random unit",
                                        items=ItemValues(ids, tuple(gap.tolist()))))
-        if len(target.window_dnll) >= 2:
-            dnll, tokens = np.asarray(target.window_dnll), np.asarray(target.window_tokens)
-            keep = tokens > 0
-            res = stats.bootstrap((dnll[keep], tokens[keep]),
-                                  lambda d, t, axis=-1: np.expm1(d.sum(axis=axis) / t.sum(axis=axis)),
-                                  n_resamples=n_boot, level=level, seed=seed)
-            self.metrics.append(Metric("dppl_interval/target", res.point, False, role="diagnostic",
-                                       interval=res.interval, n=int(keep.sum()),
-                                       unit="relative perplexity change, masking the target unit"))
 
     # ------------------------------------------------------------------ basis functions
     def _basis(self) -> None:
