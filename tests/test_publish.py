@@ -247,7 +247,7 @@ def test_a_reproduction_record_survives_the_store_and_refuses_damage():
     assert back.verdict == record.verdict == "inconclusive" and back.run_ids == ("r1",)
     good = json.loads(record.to_json())
     for damage in ({"verdict": "reproduced", "checks": "all fine"}, {"wall_s": float("inf")}, {"scale": "huge"},
-                   {"run_ids": [1]}, {"version": 2}, {"git": 5}):
+                   {"run_ids": [1]}, {"version": 3}, {"git": 5}):
         bad = json.dumps({**good, **damage}).encode()
         with pytest.raises(MixbenchError, match="f is not a reproduction record"):
             ReproductionRecord.from_json(bad, "f")
