@@ -824,7 +824,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         from harness.running.reproduce import load_reproduce_plan
 
         plan = load_reproduce_plan(args.plan)
-        names = list(plan.targets) + [t for t in args.targets if t not in plan.targets]
+        names = list(plan.targets_at(args.scale))
+        names += [t for t in args.targets if t not in names]
+        for skipped in (t for t in plan.skips.get(args.scale, ()) if t not in names):
+            print(f"[mixbench] {skipped}: left to another scale by {args.plan} at scale {args.scale} (its protocol "
+                  "does not fit this scale's budget; name it to run it anyway)", file=sys.stderr)
         device = device or plan.devices.get(args.scale)
     else:
         names = TARGETS.names() if args.all else list(args.targets)

@@ -187,6 +187,8 @@ def test_the_nightly_reproduce_plan_names_every_built_in_target(tmp_path):
     for text, message in (("targets: [controls, nope]\n", "nope"), ("targets: controls\n", "list of target names"),
                           ("targets: [controls]\nextra: 1\n", "keys targets, scales"),
                           ("targets: [controls]\nscales: {huge: {device: cpu}}\n", "maps tiny, cpu, gpu"),
+                          ("targets: [controls]\nscales: {cpu: {skip: [nope]}}\n", "must list targets of the plan"),
+                          ("targets: [controls]\nscales: {cpu: {devise: cpu}}\n", "maps tiny, cpu, gpu"),
                           ("- a\n- b\n", "must be a mapping")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(text)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,11 +37,17 @@ class ReproducePlan:
 
     targets: tuple[str, ...]
     devices: Mapping[str, str]  # scale -> device
+    #: scale -> targets the plan leaves to another scale there (too slow for its budget), said when it runs
+    skips: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def targets_at(self, scale: str) -> tuple[str, ...]:
+        return tuple(t for t in self.targets if t not in self.skips.get(scale, ()))
 
 
 def load_reproduce_plan(path: str) -> ReproducePlan:
-    """Read a reproduce plan (YAML with ``targets`` and ``scales: {cpu: {device: cpu}, gpu: {device: cuda}}``);
-    every name is checked before anything runs, and a bad file is one sentence."""
+    """Read a reproduce plan (YAML with ``targets`` and ``scales: {cpu: {device: cpu, skip: [NAME]}, gpu: {device:
+    cuda}}``; ``skip`` names targets left to another scale there); every name is checked before anything runs, and
+    a bad file is one sentence."""
     from pathlib import Path
 
     from harness.errors import ConfigError
@@ -59,13 +65,19 @@ def load_reproduce_plan(path: str) -> ReproducePlan:
         raise ConfigError(f"reproduce plan {path}: 'targets' must be a list of target names.")
     for name in targets:
         TARGETS.get(name)
-    devices = {}
+    devices, skips = {}, {}
     for scale, block in (raw.get("scales") or {}).items():
-        if scale not in SCALES or not isinstance(block, dict) or not isinstance(block.get("device", "cpu"), str):
-            raise ConfigError(f"reproduce plan {path}: 'scales' maps {', '.join(SCALES)} to {{device: NAME}}, got "
-                              f"{scale!r}: {block!r}.")
+        if scale not in SCALES or not isinstance(block, dict) or not isinstance(block.get("device", "cpu"), str) \
+                or set(block) - {"device", "skip"}:
+            raise ConfigError(f"reproduce plan {path}: 'scales' maps {', '.join(SCALES)} to {{device: NAME, skip: "
+                              f"[TARGET]}}, got {scale!r}: {block!r}.")
         devices[scale] = block.get("device", "cpu")
-    return ReproducePlan(tuple(targets), devices)
+        skip = block.get("skip", [])
+        if not isinstance(skip, list) or not all(isinstance(t, str) and t in targets for t in skip):
+            raise ConfigError(f"reproduce plan {path}: scales.{scale}.skip must list targets of the plan, got "
+                              f"{skip!r}.")
+        skips[scale] = tuple(skip)
+    return ReproducePlan(tuple(targets), devices, skips)
 
 
 @dataclass
