@@ -3,6 +3,7 @@ registers, and every built-in target's whole pipeline at scale tiny (docs/reprod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -18,7 +19,7 @@ from harness.reproduction import (
     CANNOT_FAIL, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Check, Measured, RunIndex, overall, verdict,
 )
 from harness.store.results import ResultsStore
-from tests.planted import manifest, put, score, subject
+from tests.planted import control, manifest, put, score, subject
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -398,3 +399,63 @@ def test_the_listing_puts_the_harness_checks_apart_and_names_each_negative(capsy
     assert "\ncontrols\n" in checks and "\nleading-terms\n" in checks and "\nzoology-mqar\n" in claims
     assert "\ncontrols\n" not in claims
     assert "negatives:  learning rate 5 in place of 0.5" in checks
+
+
+def _mqar_run(store, mixer: str, accuracies: dict[tuple[int, int], float], n: int = 400) -> str:
+    """A planted synthetic run of ``mixer`` with MQAR accuracy per setting: per-example 0/1 items (the first
+    ``acc x n`` correct) and a Wilson interval, as the suite stores them."""
+    from harness import stats
+
+    metrics = []
+    for (length, pairs), acc in accuracies.items():
+        k = round(acc * n)
+        items = {f"ex{i}": float(i < k) for i in range(n)}
+        metric = score(f"mqar/seq{length}_kv{pairs}_vocab256/acc", k / n, True, items=items)
+        metrics.append(dataclasses.replace(metric, interval=stats.wilson_interval(k, n)))
+    return put(store, manifest("synthetic", subject(mixer, preset="quick")), metrics)
+
+
+@pytest.mark.parametrize("case, expected", [
+    # attention solves both; mamba learned (64, 4) and falls at (128, 8): the claim, reproduced
+    ({"attention": (0.98, 0.97), "mamba": (0.95, 0.40)}, REPRODUCED),
+    # the reviewer's case: mamba never learned (64, 4) (0.256): its "failure" at (128, 8) shows nothing
+    ({"attention": (0.98, 0.97), "mamba": (0.256, 0.126)}, INCONCLUSIVE),
+    # a planted attention that does not recall at (128, 8) breaks the claim
+    ({"attention": (0.98, 0.50), "mamba": (0.95, 0.40)}, NOT_REPRODUCED),
+    # a fixed-state mixer that solves both settings, above attention, used to count as support ("solves it too")
+    ({"attention": (0.98, 0.97), "deltanet": (0.99, 0.99)}, NOT_REPRODUCED),
+])
+def test_zoology_mqar_counts_only_fixed_state_mixers_that_learned_the_easy_setting(tmp_path, case, expected):
+    target = TARGETS.get("zoology-mqar").cls()
+    store = ResultsStore(tmp_path)
+    ids = [_mqar_run(store, m, {(64, 4): easy, (128, 8): hard}) for m, (easy, hard) in case.items()]
+    assert overall(target.checks(RunIndex(store, ids), "cpu")) == expected
+    negative = target.negative_target(target.negatives("cpu")[0])  # mamba in attention's place never passes
+    assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED
+
+
+def test_protot_intervention_is_inconclusive_when_the_mixer_does_not_matter(tmp_path):
+    """Every mask check passes on the planted runs, but a model without token mixing is only 0.03 nats worse: at
+    such a budget any mask leaves perplexity flat, so the verdict is inconclusive; at 0.3 nats it is reproduced."""
+    target = TARGETS.get("protot-intervention").cls()
+    prompts = {f"{w}:{t}": -0.3 - 0.01 * (w % 3) for w in range(20) for t in (3, 9)}
+    random = {k: v + 0.28 for k, v in prompts.items()}
+    neutral = {k: v + 0.29 for k, v in prompts.items()}
+    verdicts = []
+    for gap in (0.03, 0.3):
+        store = ResultsStore(tmp_path / str(gap))
+        interp = [score("coherence", 0.3, True, 0.02), score("coherence_random", 0.2, True, 0.02),
+                  score("dppl_interval/target", 0.001, False, 0.002)]
+        for role, items in (("target", prompts), ("random", random), ("neutral", neutral)):
+            interp.append(score(f"dprob_interval/{role}", float(np.mean(list(items.values()))), False, 0.02,
+                                items=items))
+        docs = {f"doc{i}": 5.0 + 0.1 * (i % 4) for i in range(30)}
+        ids = [put(store, manifest("interpretability", subject("protot", preset="quick")), interp),
+               put(store, manifest("perplexity", subject("protot", preset="quick")),
+                   [score("ppl", 5.0, False, 0.1, items=docs)]),
+               put(store, manifest("perplexity", control("none", preset="quick")),
+                   [score("ppl", 5.0 + gap, False, 0.1, items={k: v + gap for k, v in docs.items()})])]
+        verdicts.append(overall(target.checks(RunIndex(store, ids), "cpu")))
+        negative = target.negative_target(target.negatives("cpu")[0])
+        assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED  # random ~ neutral
+    assert verdicts == [INCONCLUSIVE, REPRODUCED]
