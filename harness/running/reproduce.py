@@ -19,8 +19,8 @@ from typing import Any
 
 from harness.errors import MixbenchError
 from harness.reproduction import (
-    CHECK, KINDS, REPRODUCED, SCALES, Check, NegativeResult, ReproductionRecord, RunIndex, Step, Target, overall,
-    record_path, Subject, target_verdict, verdict_note,
+    CHECK, KINDS, REPRODUCED, SCALES, Check, NegativeResult, ReproductionRecord, RunIndex, Step, Subject, Target,
+    overall, record_path, target_verdict, verdict_note,
 )
 
 __all__ = ["REPRODUCED", "ReproducePlan", "TargetResult", "load_reproduce_plan", "parse_subject_swaps",
