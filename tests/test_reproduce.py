@@ -422,8 +422,10 @@ def _mqar_run(store, mixer: str, accuracies: dict[tuple[int, int], float], n: in
     ({"attention": (0.98, 0.97), "mamba": (0.256, 0.126)}, INCONCLUSIVE),
     # a planted attention that does not recall at (128, 8) breaks the claim
     ({"attention": (0.98, 0.50), "mamba": (0.95, 0.40)}, NOT_REPRODUCED),
-    # a fixed-state mixer that solves both settings, above attention, used to count as support ("solves it too")
-    ({"attention": (0.98, 0.97), "deltanet": (0.99, 0.99)}, NOT_REPRODUCED),
+    # a fixed-state mixer that solves both settings used to count as support ("solves it too"): it shows nothing
+    ({"attention": (0.98, 0.97), "deltanet": (0.99, 0.99)}, INCONCLUSIVE),
+    # ... and beside one that falls, the one that falls decides
+    ({"attention": (0.98, 0.97), "deltanet": (0.99, 0.99), "protot": (0.96, 0.65)}, REPRODUCED),
 ])
 def test_zoology_mqar_counts_only_fixed_state_mixers_that_learned_the_easy_setting(tmp_path, case, expected):
     target = TARGETS.get("zoology-mqar").cls()
