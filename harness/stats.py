@@ -329,6 +329,38 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> tuple[list[bool], li
     return [bool(a <= alpha) for a in adjusted], [float(a) for a in adjusted]
 
 
+def tie_groups(order: Sequence[str], p_value: Callable[[str, str], float], alpha: float = 0.05) -> dict[str, int]:
+    """Tie groups of ``order`` (keys, best first), numbered from 0: the best and every key whose test against it
+    (``p_value(best, other)``, Holm at ``alpha`` over the rest) is not rejected form a group; repeat on the rest.
+    The board's groups and the scaling suite's per-rung orderings (docs/scaling.md) both come from here."""
+    left = list(order)
+    groups: dict[str, int] = {}
+    g = 0
+    while left:
+        best, rest = left[0], left[1:]
+        reject, _ = holm([p_value(best, k) for k in rest], alpha)
+        members = [best] + [k for k, r in zip(rest, reject) if not r]
+        groups.update({k: g for k in members})
+        left = [k for k in left if k not in members]
+        g += 1
+    return groups
+
+
+def with_seed_variance(comparison: PairedComparison, seed_var: float, level: float = 0.95) -> PairedComparison:
+    """A paired comparison on shared items with training-seed variance ``seed_var`` added to its item variance
+    (read from its interval as a normal standard error): a normal interval and a two-sided normal p-value."""
+    from scipy.stats import norm
+
+    item_se = comparison.interval.normal_stderr() if comparison.interval is not None else 0.0
+    se = math.sqrt((item_se or 0.0) ** 2 + seed_var)
+    d = comparison.difference
+    if se == 0:
+        return PairedComparison(d, Interval(d, d, "normal", level), 0.0 if d else 1.0, comparison.n_items)
+    z = float(norm.ppf(0.5 + level / 2.0))
+    return PairedComparison(d, Interval(d - z * se, d + z * se, "normal", level), float(2 * norm.sf(abs(d) / se)),
+                            comparison.n_items)
+
+
 @dataclass(frozen=True)
 class PooledSD:
     """A standard deviation pooled over groups (variances weighted by their degrees of freedom): ``estimate``,

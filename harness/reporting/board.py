@@ -555,9 +555,8 @@ def cell_difference(a: Cell, b: Cell, config: BoardConfig, noise: SeedNoise | No
             r = stats.paired_difference(va, vb, wa, wb, n_resamples=config.bootstrap or 200, seed=config.seed)
             if noise is None or noise.scale != "items":
                 return CellDifference(r.difference, r.interval, r.p_value, "items")
-            item_se = r.interval.normal_stderr() if r.interval is not None else 0.0
-            seed_var = noise.sd**2 * (1 / max(a.n_seeds, 1) + 1 / max(b.n_seeds, 1))
-            return _normal_difference(r.difference, math.sqrt((item_se or 0.0) ** 2 + seed_var), "items")
+            r = stats.with_seed_variance(r, noise.sd**2 * (1 / max(a.n_seeds, 1) + 1 / max(b.n_seeds, 1)))
+            return CellDifference(r.difference, r.interval, r.p_value, "items")
     diff = a.value - b.value
     se_a = a.interval.normal_stderr() if a.interval is not None else None
     se_b = b.interval.normal_stderr() if b.interval is not None else None
@@ -634,20 +633,9 @@ def tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfi
 def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig,
                 noise: SeedNoise | None = None) -> dict[str, str]:
     cells = {r.key: c for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)}
-    order = _better_first(cells, column.higher_is_better)
-    groups: dict[str, str] = {}
-    g = 0
-    while order:
-        best, rest = order[0], order[1:]
-        p_values = [compare_cells(cells[best], cells[k], config, noise) for k in rest]
-        reject, _ = stats.holm(p_values, config.alpha)
-        members = [best] + [k for k, r in zip(rest, reject) if not r]
-        name = GROUP_NAMES[g] if g < len(GROUP_NAMES) else str(g + 1)
-        for k in members:
-            groups[k] = name
-        order = [k for k in order if k not in members]
-        g += 1
-    return groups
+    groups = stats.tie_groups(_better_first(cells, column.higher_is_better),
+                              lambda best, k: compare_cells(cells[best], cells[k], config, noise), config.alpha)
+    return {k: GROUP_NAMES[g] if g < len(GROUP_NAMES) else str(g + 1) for k, g in groups.items()}
 
 
 # ---------------------------------------------------------------------------------------------- ranks

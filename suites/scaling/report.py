@@ -20,7 +20,7 @@ def fit_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     targets = [t for s in info["series"].values() if s.get("fit") for t in s["fit"]["targets"]]
     targets = list(dict.fromkeys(targets))
     level = f"{info['confidence']:.0%}"
-    header = ["mixer", "points", "FLOPs range", f"alpha ({level})", "E (nats/token)", "A at C_ref",
+    header = ["mixer", "points (seeds per rung)", "FLOPs range", f"alpha ({level})", "E (nats/token)", "A at C_ref",
               f"loss at {info['extrapolate']:g}x max", *[f"loss at {t}" for t in targets]]
     rows = []
     for name, s in sorted(info["series"].items(), key=lambda kv: (kv[1]["control"], kv[0])):
@@ -33,10 +33,13 @@ def fit_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                          *["" for _ in targets]])
             continue
         note = f" (at bound: {', '.join(fit['at_bounds'])})" if fit["at_bounds"] else ""
+        shared = " (shared)" if fit.get("shared_E") else " (own)"
+        seeds = fit.get("seeds_per_rung") or []
+        count = f"{len(pts)} ({'/'.join(str(k) for k in seeds)})" if seeds else str(len(pts))
         last = fit["band"][-1]
         rows.append([
-            label, str(len(pts)), span, _ci(fit["alpha"], fit["alpha_interval"]) + note,
-            _ci(fit["E"], fit["E_interval"]), _ci(fit["A_ref"], fit["A_ref_interval"]),
+            label, count, span, _ci(fit["alpha"], fit["alpha_interval"]) + note,
+            _ci(fit["E"], fit["E_interval"]) + shared, _ci(fit["A_ref"], fit["A_ref_interval"]),
             _ci(last[1], last[2:], "{:.3f}"),
             *[_ci(fit["targets"][t]["loss"], fit["targets"][t]["interval"], "{:.3f}") if t in fit["targets"] else ""
               for t in targets],
@@ -45,11 +48,12 @@ def fit_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def crossover_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["pair", "verdict", "crossing (FLOPs)", "replicates crossing", "better below", "better above"]
+    header = ["pair", "verdict", "crossing in the data's range (FLOPs)", "replicates crossing in range",
+              "better below", "better above"]
     rows = []
     for c in info["crossovers"]:
         where = "" if c["compute"] is None else si(c["compute"], "", 3)
-        if c["interval"]:
+        if c["interval"] and c["verdict"] == "cross":
             where += f" [{si(c['interval'][0], '', 2)}, {si(c['interval'][1], '', 2)}]"
         rows.append([f"{c['a']} / {c['b']}", c["sentence"], where, f"{c['share']:.0%}", c["better_below"] or "",
                      c["better_above"] or ""])
@@ -57,12 +61,16 @@ def crossover_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def ordering_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["rung", "ordering, best first (tie groups in brackets)", "losses (nats/token)"]
+    header = ["rung", "ordering, best first (tie groups in brackets)", "losses (nats/token)", "seeds",
+              "tokens per parameter"]
     rows = []
     for o in info["orderings"]:
         groups = " > ".join("[" + ", ".join(g) + "]" if len(g) > 1 else g[0] for g in o["tie_groups"])
         losses = ", ".join(f"{n} {o['losses'][n]:.3f}" for n in o["order"])
-        rows.append([o["label"], groups, losses])
+        seeds = sorted(set((o.get("seeds") or {}).values()))
+        tpp = {n: v for n, v in (o.get("tokens_per_parameter") or {}).items() if v}
+        ratio = ", ".join(f"{n} {tpp[n]:.2g}" for n in o["order"] if n in tpp)
+        rows.append([o["label"], groups, losses, "/".join(str(k) for k in seeds), ratio])
     return header, rows
 
 
@@ -90,7 +98,10 @@ def render_ladders(store) -> str:
     parts = []
     for run in runs:
         info = run.manifest.suite_info
-        parts.append(f"ladder {info['ladder']} ({info['interval_kind']}; {info['bootstrap']} replicates)")
+        noise = info.get("seed_noise")
+        spread = ("no seed spread known: one-seed rungs vary by their documents alone" if not noise else
+                  f"seed spread {noise['sd']:.4f} nats/token from {noise['source']}")
+        parts.append(f"ladder {info['ladder']} ({info['interval_kind']}; {info['bootstrap']} replicates; {spread})")
         for table in (fit_rows(info), crossover_rows(info), ordering_rows(info)):
             header, rows = table
             if rows:
