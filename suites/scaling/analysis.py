@@ -116,8 +116,8 @@ def analyze(ladder: Ladder, n_boot: int, level: float, extrapolate: float, seed:
     if fittable:
         try:
             fits = bootstrap_fits({n: [_ladder_point(p) for p in pts] for n, pts in fittable.items()}, n_boot, seed,
-                                  level, predict_at=tuple(grid), shared=[n for n in fittable if n not in ladder.controls],
-                                  noise=noise)
+                                  level, predict_at=tuple(grid),
+                                  shared=[n for n in fittable if n not in ladder.controls], noise=noise)
         except ScalingLawError as exc:
             unfitted.update({n: str(exc) for n in fittable})
     used = next(iter(fits.values())).noise if fits else noise

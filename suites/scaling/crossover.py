@@ -198,7 +198,8 @@ def crossover_interval(a: FitWithIntervals, b: FitWithIntervals, c_min: float | 
         verdict = "undetermined"
         fit_says = (f"the point fit crosses at {_flops(first_in)} FLOPs" if first_in is not None
                     else "the point fit does not cross there")
-        sentence = f"crossover of {both} in the data's range {span} undetermined: {fit_says}, crossing in {pct} replicates"
+        sentence = (f"crossover of {both} in the data's range {span} undetermined: {fit_says}, crossing in {pct} "
+                    "replicates")
     if verdict != "cross" and beyond is not None:
         verdict = "extrapolated"
         sentence += (f"; extrapolated only: the fits meet at {_flops(beyond)} FLOPs, {beyond / c_max:.2g}x past the "

@@ -411,7 +411,8 @@ def _fits_of(prob: _Problem, theta: np.ndarray, obj: float, converged: bool, del
 
 
 @one_blas_thread
-def fit_power_law(compute, loss, *, reference_compute: float | None = None, delta: float = DEFAULT_DELTA) -> PowerLawFit:
+def fit_power_law(compute, loss, *, reference_compute: float | None = None,
+                  delta: float = DEFAULT_DELTA) -> PowerLawFit:
     """One series' ``L(C) = E + A * C^-alpha`` (its own E), from a grid of starts; ``reference_compute`` (default
     the geometric mean of ``compute``) is what C is divided by inside the fit."""
     c, L = _check(compute, loss)
