@@ -119,7 +119,13 @@ def test_the_aggregate_fits_each_mixer_and_orders_every_rung(ladder_store):
             predicted = fitted["E"] + fitted["A"] * point["flops"] ** -fitted["alpha"]
             assert math.isclose(predicted, point["loss"], rel_tol=0.02)
     (cross,) = info["crossovers"]
-    assert cross["verdict"] in ("cross", "no crossover", "undetermined") and cross["sentence"]
+    assert cross["verdict"] in ("cross", "no crossover", "undetermined", "extrapolated") and cross["sentence"]
+    # one mixer: nothing to share E with; the control keeps its own. Tokens per parameter per rung and series
+    assert info["series"]["attention"]["fit"]["shared_E"] == [] and info["series"]["none"]["fit"]["shared_E"] == []
+    for o in info["orderings"]:
+        for name, ratio in o["tokens_per_parameter"].items():
+            params = info["series"][name]["points"][0]["parameters"]
+            assert ratio == pytest.approx(o["tokens"] / params) and o["seeds"][name] == 1
 
 
 def test_a_refit_replaces_the_runs_and_the_command_prints_the_tables(ladder_store, capsys):
@@ -128,6 +134,7 @@ def test_a_refit_replaces_the_runs_and_the_command_prints_the_tables(ladder_stor
                  "--results", str(ladder_store.local_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "alpha (95%)" in out and "ordering, best first" in out and "replicates crossing" in out
+    assert "tokens per parameter" in out and "seed spread" in out and "seeds per rung" in out
     after = sorted(r.run_id for r in ladder_store.iter_runs(samples=False) if r.manifest.kind == "aggregate")
     assert after == before
 

@@ -74,6 +74,14 @@ def ordering_rows(info: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def seed_spread_text(info: dict[str, Any]) -> str:
+    """Which seed spread the ladder's bootstrap and tie tests used, in words."""
+    noise = info.get("seed_noise")
+    if not noise:
+        return "no seed spread known: one-seed rungs vary by their documents alone"
+    return f"seed spread {noise['sd']:.4f} nats/token from {noise['source']}"
+
+
 def newest_ladders(runs) -> list[dict[str, Any]]:
     """The analysis of each ladder, from its newest aggregate run among ``runs``."""
     newest: dict[str, Any] = {}
@@ -98,9 +106,7 @@ def render_ladders(store) -> str:
     parts = []
     for run in runs:
         info = run.manifest.suite_info
-        noise = info.get("seed_noise")
-        spread = ("no seed spread known: one-seed rungs vary by their documents alone" if not noise else
-                  f"seed spread {noise['sd']:.4f} nats/token from {noise['source']}")
+        spread = seed_spread_text(info)
         parts.append(f"ladder {info['ladder']} ({info['interval_kind']}; {info['bootstrap']} replicates; {spread})")
         for table in (fit_rows(info), crossover_rows(info), ordering_rows(info)):
             header, rows = table

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from suites.scaling.report import crossover_rows, fit_rows, newest_ladders, ordering_rows
+from suites.scaling.report import crossover_rows, fit_rows, newest_ladders, ordering_rows, seed_spread_text
 
 
 def section(runs, kit) -> str:
@@ -14,8 +14,10 @@ def section(runs, kit) -> str:
         parts.append(f"<h3>Ladder {kit.escape(info['ladder'])}</h3>")
         parts.append(f"<p class=\"note\">{kit.escape(len(info['rungs']))} rungs; intervals: "
                      f"{kit.escape(info['interval_kind'])}, {kit.escape(info['bootstrap'])} replicates at "
-                     f"{kit.escape(format(info['confidence'], '.0%'))}. Fits: L(C) = E + A C^-alpha on a robust "
-                     "log-scale loss; docs/scaling.md says how to read them.</p>")
+                     f"{kit.escape(format(info['confidence'], '.0%'))}; {kit.escape(seed_spread_text(info))}. Fits: "
+                     "L_m(C) = E + A_m C^-alpha_m with one E for the mixers (each control its own) on a robust "
+                     "log-scale loss; crossovers only inside the data's compute range (past it: extrapolated); "
+                     "docs/scaling.md says how to read them.</p>")
         parts.append(plot)
         for (header, rows), caption in ((fit_rows(info), "Fits per mixer"),
                                         (crossover_rows(info), "Crossovers of every pair"),
