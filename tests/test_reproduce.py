@@ -108,7 +108,7 @@ def test_list_names_each_target_with_its_source_claim_protocol_and_cost():
         block = out.stdout.split(f"\n{name}\n")[-1] if not out.stdout.startswith(name) else out.stdout
         for field in ("source:", "published:", "checked:", "protocol:", "departures:", "cost:"):
             assert field in block, (name, field)
-    assert {"zoology-mqar", "mad-recall", "throughput-physics", "leading-terms", "protot-intervention",
+    assert {"zoology-mqar", "mad-score", "throughput-physics", "leading-terms", "protot-intervention",
             "controls"} <= set(TARGETS.names())
     bad = _cli("reproduce", "no-such-target")
     assert bad.returncode == 2 and "no-such-target" in bad.stderr and "Traceback" not in bad.stderr

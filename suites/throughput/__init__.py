@@ -22,7 +22,8 @@ resample of rounds for all lengths, so load that drifts during the sweep cancels
 in three runs of the same models, each interval narrower than the spread; docs/reproductions.md).
 
 Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
-half of the grid) for prefill and training; the crossover length from which it is faster than the reference, per
+half of the grid) for prefill and training, and the share of the quadratic term c T^2 in a least-squares fit of
+time = a + b T + c T^2 over every length, at the longest (with three lengths or more); the crossover length from which it is faster than the reference, per
 mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
 longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns
 one, its kernel's achieved FLOP/s as a fraction of this machine's dense-matmul rate, the two timed interleaved.
@@ -149,8 +150,9 @@ class Throughput(Suite):
     #: 3: the speed floor (the context-free control) in the same rounds, and the mixing cost over it;
     #: 4: speed relative to the floor (``<mode>_vs_floor``) is the headline, peak memory is the exact tensor peak;
     #: 5: every length of a mode in the same rounds, exponents and crossovers bootstrapped paired over rounds;
-    #: 6: default lengths from the model's context, ``max_point_seconds`` bounds each point's whole time
-    version: ClassVar[int] = 6
+    #: 6: default lengths from the model's context, ``max_point_seconds`` bounds each point's whole time;
+    #: 7: ``<mode>_quadratic_share``, the quadratic term of a fitted a + b T + c T^2 (the cost model's claim)
+    version: ClassVar[int] = 7
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         cfg = self.cfg
@@ -285,6 +287,12 @@ class Throughput(Suite):
                                                   paired=self.cfg.interleave_lengths)
                 out.append(Metric(f"{mode}_exponent", e, False, role="speed", interval=iv, n=len(rounds[mode]),
                                   unit="d log time / d log T"))
+            if mode in seconds and (q := analysis.quadratic_share(seconds[mode])) is not None:
+                # the cost model's own claim (a quadratic term), beside the exponent: docs/reproductions.md
+                iv = analysis.bootstrap_statistic(rounds[mode], analysis.quadratic_share,
+                                                  paired=self.cfg.interleave_lengths)
+                out.append(Metric(f"{mode}_quadratic_share", q, False, role="speed", interval=iv,
+                                  n=len(rounds[mode]), unit="c T_max^2 / fitted time at T_max (a + b T + c T^2)"))
         if "decode" in seconds and (r := analysis.ratio_longest_shortest(seconds["decode"])) is not None:
             iv = analysis.bootstrap_statistic(rounds["decode"], analysis.ratio_longest_shortest,
                                               paired=self.cfg.interleave_lengths)

@@ -40,6 +40,35 @@ def scaling_exponent(table: Table, lo: int | None = None, hi: int | None = None)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
 
 
+def quadratic_fit(table: Table) -> tuple[float, float, float] | None:
+    """Least squares of time(T) = a + b T + c T^2 over every measured point: ``(a, b, c)`` in seconds, seconds per
+    token and seconds per token^2, or None with fewer than three points. The cost model's claim is about ``c``
+    (attention: O(T^2 d) per layer, docs/reproductions.md), which an exponent over a few points mixes with the
+    linear parts of the model; the fit is made in T / T_max so the normal equations stay well conditioned."""
+    points = measured(table)
+    if len(points) < 3:
+        return None
+    longest = float(points[-1][0])
+    u = np.array([t for t, _ in points], dtype=float) / longest
+    y = np.array([s for _, s in points], dtype=float)
+    design = np.stack([np.ones_like(u), u, u * u], axis=1)
+    (a, b, c), *_ = np.linalg.lstsq(design, y, rcond=None)
+    return float(a), float(b) / longest, float(c) / longest**2
+
+
+def quadratic_share(table: Table) -> float | None:
+    """The quadratic term's share of the fitted time at the longest measured length, c T^2 / (a + b T + c T^2):
+    near 0 for a linear cost, near 1 where the quadratic term dominates; positive exactly when c is (a positive
+    fitted time). None without a fit or where the fitted time at T_max is not positive."""
+    fit = quadratic_fit(table)
+    if fit is None:
+        return None
+    a, b, c = fit
+    longest = measured(table)[-1][0]
+    total = a + b * longest + c * longest**2
+    return c * longest**2 / total if total > 0 else None
+
+
 def crossover(mixer: Table, reference: Table) -> float | None:
     """The context length from which ``mixer`` is faster than ``reference`` at every longer measured length.
 
