@@ -158,3 +158,9 @@ def test_mad_score_inconclusive_when_a_subject_did_not_train(tmp_path):
     accuracy = _published(MAD_SCALE_TASKS["cpu"])
     accuracy["mamba"]["memorization"] = 0.1  # below chance 0.125: the protocol did not train it
     assert overall(MADScore().checks(_mad_store(tmp_path, accuracy), "cpu")) == INCONCLUSIVE
+
+
+def test_mad_score_inconclusive_when_the_budget_leaves_attention_on_its_recall_plateau(tmp_path):
+    accuracy = _published(MAD_SCALE_TASKS["cpu"])
+    accuracy["attention"]["in-context-recall"] = 0.31  # the plateau before the induction circuit forms
+    assert overall(MADScore().checks(_mad_store(tmp_path, accuracy), "cpu")) == INCONCLUSIVE
