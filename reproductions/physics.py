@@ -58,8 +58,8 @@ class ThroughputPhysics(Target):
         mixers = tuple(dict.fromkeys(s.mixer for s in subjects))
         configs = {s.mixer: dict(s.config) for s in subjects if s.config}
         if scale == "tiny":
-            cfg = {"lengths": (64, 128, 256), "modes": ("prefill", "decode"), "repeats": 3, "decode_tokens": 2,
-                   "floor": "", "reference": ""}
+            cfg = {"lengths": (64, 128, 256), "modes": ("prefill", "decode"), "repeats": 3, "warmup": 3,
+                   "max_warmup": 3, "decode_tokens": 2, "floor": "", "reference": ""}
             return [Step("throughput", mixers, cfg, preset="tiny", train={"token_budget": 4096},
                          mixer_configs=configs)]
         lengths = (1024, 2048, 4096, 8192) if scale == "cpu" else (4096, 8192, 16384, 32768)

@@ -192,8 +192,8 @@ class MADScore(Target):
         mixers = tuple(dict.fromkeys(s.mixer for s in subjects))
         configs = {s.mixer: dict(s.config) for s in subjects if s.config}
         if scale == "tiny":
-            cfg = {"tasks": tasks, "settings": "in-context-recall:seq_len=32,num_train_examples=256",
-                   "max_steps": 20, "eval_every": 10, "lrs": "3e-3", "test_examples": 64, "valid_examples": 32,
+            cfg = {"tasks": tasks, "settings": "in-context-recall:seq_len=32,num_train_examples=256", "d_model": 32,
+                   "max_steps": 10, "eval_every": 10, "lrs": "3e-3", "test_examples": 32, "valid_examples": 16,
                    "extrapolation": ""}
         elif scale == "gpu":  # MAD's own: its full grid, width 128, batch 128, 20,000 steps, its 3 x 2 sweep
             cfg = {"tasks": tasks, "grid": "full", "d_model": 128, "batch_size": 128, "max_steps": 20000,
