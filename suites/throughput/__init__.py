@@ -23,8 +23,8 @@ in three runs of the same models, each interval narrower than the spread; docs/r
 
 Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
 half of the grid) for prefill and training, and the share of the quadratic term c T^2 in a least-squares fit of
-time = a + b T + c T^2 over every length, at the longest (with three lengths or more); the crossover length from which it is faster than the reference, per
-mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
+time = a + b T + c T^2 over every length, at the longest (with three lengths or more); the crossover length from
+which it is faster than the reference, per mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
 longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns
 one, its kernel's achieved FLOP/s as a fraction of this machine's dense-matmul rate, the two timed interleaved.
 Intervals: ``range`` (min-max over rounds) for rates and latencies, ``bootstrap`` (rounds resampled) for ratios
