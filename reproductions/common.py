@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 
 from harness.reproduction import Measured, RunIndex, Subject
 
@@ -10,6 +11,16 @@ from harness.reproduction import Measured, RunIndex, Subject
 PAPER_MIXERS = ("attention", "mamba", "deltanet", "protot")
 #: those whose decode state does not grow with the context
 FIXED_STATE = ("mamba", "deltanet", "protot")
+
+
+def distinct(subjects: Iterable[Subject]) -> list[Subject]:
+    """``subjects`` without repeats, in order (a negative may put one subject in two roles; configs are dicts, so
+    subjects do not hash)."""
+    out: list[Subject] = []
+    for s in subjects:
+        if s not in out:
+            out.append(s)
+    return out
 
 
 def measured_like(runs: RunIndex, suite: str, mixer: "str | Subject", pattern: str) -> Measured | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from harness.registry import register_target
 from harness.reproduction import Check, Measured, Negative, RunIndex, Step, Subject, Target
+from reproductions.common import distinct
 
 #: roles: the quadratic-cost mixer and the fixed-state mixers (the source's recurrence first); scale tiny times
 #: ``linear_3`` only (mamba's import and build cost more than the whole smoke run)
@@ -54,42 +55,41 @@ class ThroughputPhysics(Target):
                          f"length cannot exceed {DOMINANT:g}", {"quadratic": fixed})]
 
     def steps(self, scale: str) -> list[Step]:
-        subjects = [self.subject(r) for r in self._roles(scale)]
-        mixers = tuple(dict.fromkeys(s.mixer for s in subjects))
-        configs = {s.mixer: dict(s.config) for s in subjects if s.config}
+        subjects = distinct(self.subject(r) for r in self._roles(scale))
         if scale == "tiny":
             cfg = {"lengths": (64, 128, 256), "modes": ("prefill", "decode"), "repeats": 3, "warmup": 3,
                    "max_warmup": 3, "decode_tokens": 2, "floor": "", "reference": ""}
-            return [Step("throughput", mixers, cfg, preset="tiny", train={"token_budget": 4096},
-                         mixer_configs=configs)]
+            return [Step.of("throughput", subjects, cfg, preset="tiny", train={"token_budget": 4096})]
         lengths = (1024, 2048, 4096, 8192) if scale == "cpu" else (4096, 8192, 16384, 32768)
         # 64 tokens per timed decode call: the prefill before each call evicts the caches, and with the suite's 8
         # tokens a recurrence's first, cold step made its decode look 1.5-2x slower after 8k tokens than after 2k
         # (docs/reproductions.md); the state itself does not grow
         cfg = {"lengths": lengths, "modes": ("prefill", "decode"), "repeats": 15, "decode_tokens": 64, "floor": "",
                "reference": "", "max_point_seconds": 180.0}
-        return [Step("throughput", mixers, cfg, preset="quick", mixer_configs=configs)]
+        return [Step.of("throughput", subjects, cfg, preset="quick")]
 
     def checks(self, runs: RunIndex, scale: str) -> list[Check]:
-        quad = self.subject("quadratic").mixer
-        out = [_stable(runs, self.subject(r).mixer, STABLE_WIDTH[scale]) for r in self._roles(scale)]
+        quad = self.subject("quadratic")
+        out = [_stable(runs, self.subject(r), STABLE_WIDTH[scale]) for r in self._roles(scale)]
         share = runs.measured("throughput", quad, "prefill_quadratic_share")
-        out += [Check(f"{quad} prefill: quadratic term c > 0 (its share at the longest length)", 0.0, True, share),
-                Check(f"{quad} prefill: quadratic share at the longest length", DOMINANT, True, share),
-                Check(f"{quad} decode ratio (longest / shortest)", 1.0, True,
+        out += [Check(f"{quad.label} prefill: quadratic term c > 0 (its share at the longest length)", 0.0, True,
+                      share),
+                Check(f"{quad.label} prefill: quadratic share at the longest length", DOMINANT, True, share),
+                Check(f"{quad.label} decode ratio (longest / shortest)", 1.0, True,
                       runs.measured("throughput", quad, "decode_ratio")),
-                Check(f"{quad} prefill exponent", 1.7, True, runs.measured("throughput", quad, "prefill_exponent"),
+                Check(f"{quad.label} prefill exponent", 1.7, True,
+                      runs.measured("throughput", quad, "prefill_exponent"),
                       "the former home-made threshold, reported beside the claim", counts=False)]
         for role in self._linear_roles(scale):
-            m = self.subject(role).mixer
-            out.append(Check(f"{m} prefill: quadratic share at the longest length", SMALL, False,
+            m = self.subject(role)
+            out.append(Check(f"{m.label} prefill: quadratic share at the longest length", SMALL, False,
                              runs.measured("throughput", m, "prefill_quadratic_share")))
-            out.append(Check(f"{m} decode ratio (longest / shortest)", 1.3, False,
+            out.append(Check(f"{m.label} decode ratio (longest / shortest)", 1.3, False,
                              runs.measured("throughput", m, "decode_ratio")))
         return out
 
 
-def _stable(runs: RunIndex, mixer: str, width: float) -> Check:
+def _stable(runs: RunIndex, mixer: Subject, width: float) -> Check:
     """Precondition: the timings are stable enough to fit, read as the width of ``mixer``'s prefill exponent's
     bootstrap interval (an exact number: the width of an interval has no interval of its own)."""
     e = runs.measured("throughput", mixer, "prefill_exponent")
@@ -97,5 +97,5 @@ def _stable(runs: RunIndex, mixer: str, width: float) -> Check:
     if e is not None and e.low is not None and e.high is not None:
         w = e.high - e.low
         measured = Measured(w, w, w, f"exact: width of the {e.kind} interval")
-    return Check(f"{mixer}: timings stable (prefill exponent interval width)", width, False, measured,
+    return Check(f"{mixer.label}: timings stable (prefill exponent interval width)", width, False, measured,
                  "precondition: rounds that disagree make any fit of them meaningless", precondition=True)

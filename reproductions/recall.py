@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from harness.registry import register_target
 from harness.reproduction import Check, Measured, Negative, RunIndex, Step, Subject, Target, interval_difference
-from reproductions.common import FIXED_STATE, PAPER_MIXERS, measured_like
+from reproductions.common import FIXED_STATE, PAPER_MIXERS, distinct, measured_like
 
 #: MQAR settings checked per scale: (sequence length, key-value pairs); Figure 2's panels run to (512, 64)
 MQAR_SETTINGS = {"tiny": ((32, 2), (64, 4)), "cpu": ((64, 4), (128, 8)),
@@ -190,9 +190,7 @@ class MADScore(Target):
 
     def steps(self, scale: str) -> list[Step]:
         tasks = ",".join(MAD_SCALE_TASKS[scale])
-        subjects = [self.subject(r) for r in self._roles(scale)]
-        mixers = tuple(dict.fromkeys(s.mixer for s in subjects))
-        configs = {s.mixer: dict(s.config) for s in subjects if s.config}
+        subjects = distinct(self.subject(r) for r in self._roles(scale))
         if scale == "tiny":
             cfg = {"tasks": tasks, "settings": "in-context-recall:seq_len=32,num_train_examples=256", "d_model": 32,
                    "max_steps": 10, "eval_every": 10, "lrs": "3e-3", "test_examples": 32, "valid_examples": 16,
@@ -206,24 +204,23 @@ class MADScore(Target):
             # reaches the stop, so it gets its own, shorter schedule (the suite's schedule is one per run)
             base = {"d_model": 64, "batch_size": 64, "eval_every": 250, "lrs": "1e-3", "extrapolation": ""}
             recall = ",".join(t for t in tasks if t != "fuzzy-recall")
-            return [Step("synthetic", mixers, {**base, "tasks": recall, "max_steps": 8000}, mixer_configs=configs),
-                    Step("synthetic", mixers, {**base, "tasks": "fuzzy-recall", "max_steps": MAD_FUZZY_STEPS},
-                         mixer_configs=configs)]
-        return [Step("synthetic", mixers, cfg, mixer_configs=configs)]
+            return [Step.of("synthetic", subjects, {**base, "tasks": recall, "max_steps": 8000}),
+                    Step.of("synthetic", subjects, {**base, "tasks": "fuzzy-recall", "max_steps": MAD_FUZZY_STEPS})]
+        return [Step.of("synthetic", subjects, cfg)]
 
     def checks(self, runs: RunIndex, scale: str) -> list[Check]:
         tasks, roles = MAD_SCALE_TASKS[scale], self._roles(scale)
-        mixer = {r: self.subject(r).mixer for r in roles}
+        mixer = {r: self.subject(r) for r in roles}
         tol = MAD_TOLERANCE[scale]
         out = []
         for r in roles:  # precondition: the protocol trains each subject (memorization needs no token mixing)
             m = runs.metric("synthetic", mixer[r], _exact(runs, mixer[r], "memorization/avg*"))
-            out.append(Check(f"{mixer[r]}: memorization above chance", 0.0 if m is None else float(m.chance or 0),
+            out.append(Check(f"{mixer[r].label}: memorization above chance", 0.0 if m is None else float(m.chance or 0),
                              True, None if m is None else Measured.of(m.value, m.interval),
                              "precondition: the protocol trains this subject", precondition=True))
         anchor = mixer[roles[0]]  # precondition: the budget lets the Transformer off its 0.31 plateau on recall
-        out.append(Check(f"{anchor}: in-context recall learned", MAD_LEARNED[scale], True,
-                         _measured(runs, anchor, "in-context-recall/avg*"),
+        out.append(Check(f"{anchor.label}: in-context recall learned", MAD_LEARNED[scale], True,
+                         measured_like(runs, "synthetic", anchor, "in-context-recall/avg*"),
                          "precondition: the budget forms the induction circuit the source's 94.1 needs",
                          precondition=True))
         scores = {}
@@ -231,7 +228,7 @@ class MADScore(Target):
             parts = [runs.metric("synthetic", mixer[r], _exact(runs, mixer[r], f"{t}/avg*")) for t in tasks]
             scores[r] = mad_score(parts)
             published = sum(MAD_PUBLISHED[r][t] for t in tasks) / len(tasks)
-            what = f"{mixer[r]} MAD score over {len(tasks)} of 6 tasks (published {r}: {published:.3f})"
+            what = f"{mixer[r].label} MAD score over {len(tasks)} of 6 tasks (published {r}: {published:.3f})"
             out.append(Check(f"{what}, low side", published - tol, True, scores[r]))
             out.append(Check(f"{what}, high side", published + tol, False, scores[r]))
         for t in tasks:  # the published per-task gaps large enough to be read as orderings
@@ -241,20 +238,15 @@ class MADScore(Target):
                     if gap >= MAD_GAP and mixer[a] != mixer[b]:
                         diff = runs.paired_difference("synthetic", mixer[a], mixer[b],
                                                       _exact(runs, mixer[a], f"{t}/avg*"))
-                        out.append(Check(f"{t}: {mixer[a]} - {mixer[b]} (published {a} - {b}: {gap:+.3f})", 0.0,
+                        out.append(Check(f"{t}: {mixer[a].label} - {mixer[b].label} (published {a} - {b}: {gap:+.3f})", 0.0,
                                          True, diff))
         if scale == "gpu":  # the averages' order, Transformer > DeltaNet > Mamba
             for a, b in (("transformer", "deltanet"), ("deltanet", "mamba")):
                 if scores[a] is not None and scores[b] is not None:
-                    out.append(Check(f"MAD score: {mixer[a]} - {mixer[b]}", 0.0, True,
+                    out.append(Check(f"MAD score: {mixer[a].label} - {mixer[b].label}", 0.0, True,
                                      interval_difference(scores[a], scores[b]),
                                      "interval of the difference of two normal intervals"))
         return out
-
-
-def _measured(runs: RunIndex, mixer: str, pattern: str) -> Measured | None:
-    m = runs.metric("synthetic", mixer, _exact(runs, mixer, pattern))
-    return None if m is None else Measured.of(m.value, m.interval)
 
 
 def _exact(runs: RunIndex, mixer: "str | Subject", pattern: str) -> str:
