@@ -116,6 +116,8 @@ def _kernel_sites(name: str) -> list[tuple[object, str]]:
         from mixers.attention.layer import Attention
 
         return [(Attention, "_naive")]
+    if name == "baseconv":  # its convolutions are products (FlopCounterMode's); no elementwise kernel to count
+        return []
     if name in ("none", "mean"):
         from mixers.controls.layer import NoMixing, PrefixMean
 
@@ -216,8 +218,9 @@ def measure(name: str, run) -> FlopCount:
     return FlopCount(products.get_total_flops() + elementwise, gradients.get_total_flops() + 2 * elementwise)
 
 
-#: stepwise through the decode state: attention, whose naive kernel also multiplies the masked scores
-STEPWISE = {"attention"}
+#: stepwise through the decode state: attention, whose naive kernel also multiplies the masked scores, and
+#: baseconv, whose direct kernel multiplies the zero taps of its Toeplitz matrix
+STEPWISE = {"attention", "baseconv"}
 
 #: per mixer: (d_model, context, config, layer_idx) at three shapes: width, length and a config value varied
 SHAPES: dict[str, list[tuple[int, int, dict, int]]] = {
@@ -237,6 +240,7 @@ SHAPES: dict[str, list[tuple[int, int, dict, int]]] = {
                            (48, 32, {"use_output_gate": False, "use_forget_gate": False, "expand_v": 1.0}, 0)],
     "rwkv7": [(32, 24, {}, 0), (64, 40, {"head_dim": 16}, 0), (48, 70, {"head_dim": 24, "gate_low_rank_dim": 16}, 0)],
     "protot": [(32, 24, {}, 0), (64, 40, {"n_prototypes": 8}, 1), (48, 32, {"n_prototypes": 16}, 2)],
+    "baseconv": [(32, 24, {}, 0), (64, 40, {"filter_len": 16}, 0), (48, 32, {"short_conv": 4, "filter_len": 64}, 0)],
     "none": [(32, 24, {}, 0), (64, 40, {}, 0), (48, 32, {}, 0)],
     "mean": [(32, 24, {}, 0), (64, 40, {}, 0), (48, 32, {}, 0)],
 }
