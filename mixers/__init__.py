@@ -1,4 +1,6 @@
 """Built-in mixer plugins, one folder per family (docs/ARCHITECTURE.md, "Mixers"). Importing this package
 registers them (the registry does so on first lookup), and the ``fla:<LayerClass>`` name resolver."""
 
-from mixers import attention, baseconv, controls, deltanet, deltaproduct, fla_any, gla, mamba, protot, rwkv7  # noqa: F401
+from mixers import (  # noqa: F401
+    attention, baseconv, controls, deltanet, deltaproduct, fla_any, gla, mamba, protot, rwkv7,
+)
