@@ -4,4 +4,6 @@ Importing this package registers them (the registry does so on first lookup). A 
 by their registered names only; it imports no suite or mixer (tests/test_layering.py).
 """
 
-from reproductions import controls, leading_terms, physics, protot_intervention, recall, state_tracking  # noqa: F401
+from reproductions import (  # noqa: F401
+    controls, leading_terms, physics, protot_intervention, recall, state_tracking, zoology_width,
+)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from harness.reproduction import Measured, RunIndex, Subject
 
@@ -23,9 +24,13 @@ def distinct(subjects: Iterable[Subject]) -> list[Subject]:
     return out
 
 
-def measured_like(runs: RunIndex, suite: str, mixer: "str | Subject", pattern: str) -> Measured | None:
-    """The first metric of ``mixer``'s run of ``suite`` whose name matches ``pattern`` (fnmatch)."""
+def measured_like(runs: RunIndex, suite: str, mixer: "str | Subject", pattern: str,
+                  suite_config: Mapping[str, Any] | None = None) -> Measured | None:
+    """The first metric of ``mixer``'s run of ``suite`` whose name matches ``pattern`` (fnmatch); with
+    ``suite_config``, of a run whose suite config holds those items (one width of a grid that varies it)."""
     for record in runs.records(suite, mixer):
+        if suite_config and any(record.manifest.suite_config.get(k) != v for k, v in suite_config.items()):
+            continue
         for m in record.metrics:
             if fnmatch.fnmatchcase(m.name, pattern):
                 return Measured.of(m.value, m.interval)
