@@ -32,19 +32,21 @@ def plant(tmp_path, accuracies: dict[str, dict[tuple[int, int], float]]) -> RunI
 
 
 def cells(fn) -> dict[tuple[int, int], float]:
-    return {(w, L): fn(w, L) for w in GRID["widths"] for L, _ in GRID["settings"]}
+    """fn(width index, length index) -> accuracy, over the CPU grid's cells (keyed by width and length)."""
+    return {(w, L): fn(i, j) for i, w in enumerate(GRID["widths"]) for j, (L, _) in enumerate(GRID["settings"])}
 
 
-ATTENTION = cells(lambda w, L: 0.99)
-#: the claim: the gated convolution solves length 32 from width 32 on, length 64 only at width 64
-TREND = cells(lambda w, L: 0.97 if w >= L else 0.3)
+ATTENTION = cells(lambda i, j: 0.99)
+#: the claim: the gated convolution solves the shortest length from the second width on, the longest only at the
+#: widest
+TREND = cells(lambda i, j: 0.97 if i >= j + 1 else 0.3)
 
 
 @pytest.mark.parametrize("conv, expected", [
     (TREND, REPRODUCED),
-    (cells(lambda w, L: 0.98), NOT_REPRODUCED),  # solves every cell like attention: no width grows with length
-    (cells(lambda w, L: 0.97 if w >= 32 else 0.3), NOT_REPRODUCED),  # the same width solves both lengths
-    (cells(lambda w, L: 0.05), INCONCLUSIVE),  # learned nothing: failing the longer length shows nothing
+    (cells(lambda i, j: 0.98), NOT_REPRODUCED),  # solves every cell like attention: no width grows with length
+    (cells(lambda i, j: 0.97 if i >= 1 else 0.3), NOT_REPRODUCED),  # the same width solves both lengths
+    (cells(lambda i, j: 0.05), INCONCLUSIVE),  # learned nothing: failing the longer length shows nothing
 ])
 def test_the_verdict_follows_the_gated_convolutions_trend(tmp_path, conv, expected):
     target = TARGETS.get("zoology-width-length").cls()
@@ -56,7 +58,7 @@ def test_the_verdict_follows_the_gated_convolutions_trend(tmp_path, conv, expect
 
 def test_attention_failing_a_cell_breaks_the_claim_and_its_negative_fails(tmp_path):
     target = TARGETS.get("zoology-width-length").cls()
-    weak = {**ATTENTION, (16, 64): 0.5}
+    weak = {**ATTENTION, (GRID["widths"][0], GRID["settings"][-1][0]): 0.5}
     assert overall(target.checks(plant(tmp_path / "a", {"attention": weak, "baseconv": TREND}), "cpu")) \
         == NOT_REPRODUCED
     (negative,) = target.negatives("cpu")
