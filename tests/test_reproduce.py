@@ -461,3 +461,38 @@ def test_protot_intervention_is_inconclusive_when_the_mixer_does_not_matter(tmp_
         negative = target.negative_target(target.negatives("cpu")[0])
         assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED  # random ~ neutral
     assert verdicts == [INCONCLUSIVE, REPRODUCED]
+
+
+@pytest.mark.parametrize("gaps, expected", [
+    ({"attention": -0.07, "mamba": -0.56, "deltanet": -0.44, "protot": -0.23}, REPRODUCED),
+    # a planted mamba that does no better than the control breaks the claim
+    ({"attention": -0.07, "mamba": +0.05, "deltanet": -0.44, "protot": -0.23}, NOT_REPRODUCED),
+])
+def test_controls_follows_each_mixers_paired_gap_and_its_negative_never_passes(tmp_path, gaps, expected):
+    """The controls check on planted perplexity runs (NLL per document, the control's plus a gap): one mixer no
+    better than `none` fails it; the negative (`none` in attention's place) differs from itself by exactly 0, so
+    it cannot come out reproduced."""
+    target = TARGETS.get("controls").cls()
+    store = ResultsStore(tmp_path)
+    docs = {f"doc{i}": 5.0 + 0.1 * (i % 5) for i in range(30)}
+    ids = [put(store, manifest("perplexity", control("none", preset="quick")), [score("ppl", 5.2, False, 0.1,
+                                                                                      items=docs)])]
+    for mixer, gap in gaps.items():
+        items = {k: v + gap + 0.01 * (i % 3) for i, (k, v) in enumerate(docs.items())}
+        ids.append(put(store, manifest("perplexity", subject(mixer, preset="quick")),
+                       [score("ppl", 5.2 + gap, False, 0.1, items=items)]))
+    assert overall(target.checks(RunIndex(store, ids), "cpu")) == expected
+    negative = target.negative_target(target.negatives("cpu")[0])
+    assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED
+
+
+@pytest.mark.parametrize("cosines, expected", [
+    ({"wo": 0.99999, "v": 0.99999, "w": 0.9999, "p": 0.9996}, REPRODUCED),
+    ({"wo": 0.99999, "v": 0.99999, "w": 0.9999, "p": 0.980}, NOT_REPRODUCED),  # P leaves its leading term
+])
+def test_leading_terms_needs_every_matrix_above_the_threshold(tmp_path, cosines, expected):
+    target = TARGETS.get("leading-terms").cls()
+    store = ResultsStore(tmp_path)
+    rid = put(store, manifest("interpretability", subject("attention")),
+              [score(f"toy_cos_{k}_min", v) for k, v in cosines.items()])
+    assert overall(target.checks(RunIndex(store, [rid]), "cpu")) == expected
