@@ -203,7 +203,7 @@ class MADScore(Target):
             # at batch 64, lr 1e-3, then stops at 0.99; on a 4,000-step schedule it ended at 0.71. Fuzzy recall never
             # reaches the stop, so it gets its own, shorter schedule (the suite's schedule is one per run)
             base = {"d_model": 64, "batch_size": 64, "eval_every": 250, "lrs": "1e-3", "extrapolation": ""}
-            recall = ",".join(t for t in tasks if t != "fuzzy-recall")
+            recall = ",".join(t for t in MAD_SCALE_TASKS[scale] if t != "fuzzy-recall")
             return [Step.of("synthetic", subjects, {**base, "tasks": recall, "max_steps": 8000}),
                     Step.of("synthetic", subjects, {**base, "tasks": "fuzzy-recall", "max_steps": MAD_FUZZY_STEPS})]
         return [Step.of("synthetic", subjects, cfg)]

@@ -253,7 +253,9 @@ def test_the_listing_is_accurate_and_names_each_config_once(capsys):
 def test_every_built_in_target_has_a_kind_and_a_negative_that_changes_something():
     """A negative equal to the target would pass exactly when the target does: each must swap a subject or a
     setting for another value, through roles and settings the target declares."""
+    from harness.registry import MIXERS
     from harness.reproduction import KINDS
+    from harness.running.planned import PlannedRun
 
     for entry in TARGETS.entries():
         target = entry.cls(entry.make_config())
@@ -265,7 +267,13 @@ def test_every_built_in_target_has_a_kind_and_a_negative_that_changes_something(
                 changed = [r for r, s in n.swaps.items() if s != target.subject(r)] + \
                           [k for k, v in n.settings.items() if v != target.setting(k)]
                 assert changed and n.label and n.why, (entry.name, scale, n)
-                target.negative_target(n).steps(scale)  # its protocol is buildable
+            # every step of the target and its negatives names registered mixers and a suite config its suite
+            # accepts (a task list built from a string's characters once reached the CPU run)
+            steps = [s for t in (target, *map(target.negative_target, negatives)) for s in t.steps(scale)]
+            for step in steps:
+                for mixer in (*step.mixers, *step.controls):
+                    MIXERS.get(mixer)
+                PlannedRun.make(step.suite, step.suite_config, device="cpu")
     assert {e.name for e in TARGETS.entries() if e.cls.kind == "check"} >= {"controls", "leading-terms"}
 
 
