@@ -100,7 +100,7 @@ def _config(ckpt: Checkpoint, model) -> modeling_mixbench.MixbenchConfig:
         mixer_config=to_dict(model.mixer_config),
         mixer_source=MIXERS.get(spec.mixer).source,
         backbone=to_dict(spec.backbone),
-        mixbench_code=modeling_mixbench.code_fingerprints(spec.mixer),
+        mixbench_code=modeling_mixbench.code_fingerprints(spec.mixer, to_dict(model.mixer_config)),
         auto_map=dict(AUTO_MAP),
         architectures=[modeling_mixbench.MixbenchForCausalLM.__name__],
         dtype="float32",
@@ -130,20 +130,34 @@ def _copy_plugin(config: modeling_mixbench.MixbenchConfig, folder: Path) -> None
     """A plugin mixer defined in one top-level file is copied beside the modeling file, and ``config.json`` records
     its module, file name and sha256 (harness/hf/modeling_mixbench.py, ``import_mixer``), so the folder loads
     where the plugin is not installed. A plugin inside a package stays a requirement (named on load)."""
+    from harness.registry import MIXERS
+
+    entry = MIXERS.get(config.mixer)
+    components = getattr(entry.cls, "components", None)  # a hybrid's parts (docs/hybrids.md)
+    if components is not None:
+        parts = [MIXERS.get(name).source.rsplit(".", 1)[0]
+                 for name, _ in components(entry.make_config(config.mixer_config))]
+        config.mixbench_part_plugins = [r for m in dict.fromkeys(parts) if (r := _plugin_record(m, folder))]
+    record = _plugin_record(config.mixer_source.rsplit(".", 1)[0], folder)
+    if record:
+        config.mixbench_plugin = record
+    config.save_pretrained(folder)
+
+
+def _plugin_record(module: str, folder: Path) -> dict[str, str]:
+    """What ``import_mixer`` needs to import a plugin module: its name, and for a single file the copy written into
+    ``folder`` with its sha256; empty for mixbench's own modules."""
     import sys
 
-    module = config.mixer_source.rsplit(".", 1)[0]
     if not module or module.split(".")[0] in _OWN_PACKAGES:
-        return
+        return {}
     file = getattr(sys.modules.get(module), "__file__", None)
     single = "." not in module and module != "__main__" and bool(file) and str(file).endswith(".py")
     if not single or Path(file).name == "__init__.py":
-        config.mixbench_plugin = {"module": module}
-    else:
-        data = Path(file).read_bytes()
-        (folder / f"{module}.py").write_bytes(data)
-        config.mixbench_plugin = {"module": module, "file": f"{module}.py", "sha256": hashlib.sha256(data).hexdigest()}
-    config.save_pretrained(folder)
+        return {"module": module}
+    data = Path(file).read_bytes()
+    (folder / f"{module}.py").write_bytes(data)
+    return {"module": module, "file": f"{module}.py", "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def model_tokenizer(ckpt: Checkpoint):

@@ -9,7 +9,8 @@ modules, and the copy in a folder is exactly the code the tests run.
 
 A plugin mixer registers when its module is imported, so :func:`import_mixer` imports it before anything looks
 the mixer up: the installed module, else (a single-file plugin) the copy ``mixbench export`` put in the model's
-folder, checked against the sha256 in ``config.json``'s ``mixbench_plugin``. Plain ``transformers``, lm-eval's
+folder, checked against the sha256 in ``config.json``'s ``mixbench_plugin`` (a hybrid's plugin parts:
+``mixbench_part_plugins``, docs/hybrids.md). Plain ``transformers``, lm-eval's
 ``hf`` model and ``mixbench eval --hf-model`` then load a plugin model in a fresh process without ``--plugin``.
 
 Faithfulness: the mixer's source fingerprint and the backbone's are written into ``config.json`` at export; a
@@ -56,11 +57,13 @@ class MixbenchConfig(PretrainedConfig):
         mixbench_code: dict[str, str] | None = None,
         mixbench_allow_code_change: bool = False,
         mixbench_plugin: dict[str, str] | None = None,
+        mixbench_part_plugins: list[dict[str, str]] | None = None,
         use_cache: bool = True,
         **kwargs: Any,
     ):
         self.mixer = mixer
         self.mixbench_plugin = dict(mixbench_plugin or {})
+        self.mixbench_part_plugins = [dict(p) for p in mixbench_part_plugins or []]
         self.mixer_config = dict(mixer_config or {})
         self.mixer_source = mixer_source
         self.backbone = dict(backbone or {"d_model": 64, "n_layers": 2, "context": 128, "vocab_size": 512})
@@ -89,10 +92,30 @@ def import_mixer(config: MixbenchConfig) -> None:
     (``mixbench_plugin``: its module, file and sha256) is loaded from the model's folder, once its bytes match."""
     from harness.registry import MIXERS
 
-    if config.mixer in MIXERS.names() or not config.mixer_source:
+    for part in getattr(config, "mixbench_part_plugins", None) or []:  # a hybrid's plugin parts (docs/hybrids.md)
+        _import_plugin(config, str(part.get("module", "")), dict(part))
+    if _registered(config.mixer) or not config.mixer_source:
         return
-    module = config.mixer_source.rsplit(".", 1)[0]
-    plugin = dict(getattr(config, "mixbench_plugin", None) or {})
+    _import_plugin(config, config.mixer_source.rsplit(".", 1)[0], dict(getattr(config, "mixbench_plugin", None) or {}))
+    if config.mixer not in MIXERS.names():
+        raise RuntimeError(f"importing {config.mixer_source.rsplit('.', 1)[0]} did not register the mixer "
+                           f"'{config.mixer}'.")
+
+
+def _registered(mixer: str) -> bool:
+    """Whether ``mixer`` is known here, a name a resolver builds (``hybrid:...``) included."""
+    from harness.errors import MixbenchError
+    from harness.registry import MIXERS
+
+    try:
+        MIXERS.get(mixer)
+    except MixbenchError:
+        return False
+    return True
+
+
+def _import_plugin(config: MixbenchConfig, module: str, plugin: dict[str, Any]) -> None:
+    """Import ``module``: installed, else the single file ``plugin`` names beside the model, once its bytes match."""
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -117,25 +140,30 @@ def import_mixer(config: MixbenchConfig) -> None:
         except BaseException:
             del sys.modules[module]
             raise
-    if config.mixer not in MIXERS.names():
-        raise RuntimeError(f"importing {module} did not register the mixer '{config.mixer}'.")
 
 
-def code_fingerprints(mixer: str) -> dict[str, str]:
+def code_fingerprints(mixer: str, mixer_config: dict[str, Any] | None = None) -> dict[str, str]:
     """Fingerprints of the code that turns these weights into numbers: the mixer's source (its module and what it
-    imports from its own package) and the backbone's."""
+    imports from its own package), each part's for a hybrid (``part_code:NAME``, docs/hybrids.md), and the
+    backbone's."""
     from harness.registry import MIXERS
     from harness.store.identity import core_fingerprint, plugin_fingerprint
 
-    return {"mixer_code": plugin_fingerprint(MIXERS.get(mixer).cls),
-            "backbone_code": core_fingerprint(("harness.model.backbone",))}
+    entry = MIXERS.get(mixer)
+    out = {"mixer_code": plugin_fingerprint(entry.cls),
+           "backbone_code": core_fingerprint(("harness.model.backbone",))}
+    components = getattr(entry.cls, "components", None)
+    if components is not None:
+        for part, _ in components(entry.make_config(mixer_config)):
+            out[f"part_code:{part}"] = plugin_fingerprint(MIXERS.get(part).cls)
+    return out
 
 
 def _check_code(config: MixbenchConfig) -> None:
     exported = config.mixbench_code
     if not exported:
         return
-    now = code_fingerprints(config.mixer)
+    now = code_fingerprints(config.mixer, config.mixer_config)
     changed = sorted(k for k in exported if now.get(k) != exported[k])
     if not changed:
         return

@@ -288,8 +288,11 @@ def _require_mixer(ckpt: Checkpoint) -> None:
     from harness.registry import MIXERS
 
     name = ckpt.spec.model.mixer
-    if name in MIXERS.names():
+    try:
+        MIXERS.get(name)  # also builds a resolver's name (``hybrid:...``, ``fla:...``), not yet in names()
         return
+    except MixbenchError:
+        pass
     source = ((_stored_identity(ckpt) or {}).get("mixer") or {}).get("mixer_source")
     if source:
         module = source.rsplit(".", 1)[0]

@@ -22,6 +22,8 @@ built at the preset's width (every layer: mixers may differ by layer), at severa
 * state_size      - the floats in the decode state equal batch * state_size(T): empty, and after T = the shortest
                     length, the context and the longest, each also one step later
 * interventions   - each intervention mode changes the output and is undone exactly on exit
+* stack           - a stack of several mixers (a hybrid, docs/hybrids.md) as one model: causal, its decode
+                    (prefill, then one step per token) equals its forward, its states hold the layers' summed sizes
 
 Every comparison fails on a NaN or infinity on either side and names where: the layer, batch row, position and
 channel of the worst error, the observed error and the tolerance, and what usually causes it. Errors are
@@ -53,7 +55,8 @@ from harness.mixer import Mixer, state_floats, state_tensors
 #: bump when a check is added or changed: cached verdicts of older gates are not reused
 # 3: the context_free check; 4: states passed in stay unchanged, state_size at T=0 and the context; 5: a prefix
 # (another length) held to the tolerance, a changed suffix to 1% of it
-GATE_VERSION = 5
+# 6: layers named with their mixer, interventions of every mixer class, the stack check (hybrids, docs/hybrids.md)
+GATE_VERSION = 6
 #: chunk lengths every mixer is tested across, besides the ones its kernels declare
 GENERIC_CHUNKS = (16, 32, 64)
 #: positions t0 from which the causality check perturbs the suffix, besides every chunk boundary
@@ -82,6 +85,8 @@ HINTS = {
     "gradients": "a parameter is unused, detached, or its gradient overflows",
     "state_size": "state_size() does not report the floats the decode state actually keeps",
     "interventions": "an intervention has no effect or is not undone on exit",
+    "stack": "the layers pass alone but not together: a layer's step or state depends on another's, or a part's "
+    "state_size misses what the stack keeps",
 }
 
 
@@ -116,6 +121,8 @@ class Location:
     channel: int | None = None
     length: int | None = None
     batch: int | None = None
+    #: the layer's own mixer (filled in by :func:`run_checks`): which part of a hybrid failed (docs/hybrids.md)
+    mixer: str | None = None
 
     def text(self) -> str:
         parts = [
@@ -124,6 +131,8 @@ class Location:
                                 ("row", self.row), ("position", self.position), ("channel", self.channel))
             if value is not None
         ]  # fmt: skip
+        if self.mixer and self.layer is not None:
+            parts[0] += f" ({self.mixer})"
         return ", ".join(parts)
 
 
@@ -167,6 +176,19 @@ class CheckReport:
     @property
     def failed(self) -> list[str]:
         return [r.name for r in self.results if not r.passed]
+
+    def failures(self) -> list[str]:
+        """Each failed check with where it failed (the layer and its mixer, when known): ``causality at layer 1
+        (leaky), ...``, so a hybrid's broken part is named without running ``mixbench check``."""
+        out = []
+        for r in self.results:
+            if r.passed or r.skipped:
+                continue
+            where = r.location.text() if r.location is not None and r.location.layer is not None else ""
+            if not where and r.detail.startswith("layer ") and ":" in r.detail:
+                where = r.detail.split(":", 1)[0]
+            out.append(f"{r.name} at {where}" if where else r.name)
+        return out
 
     def render(self) -> str:
         lines = [
@@ -329,9 +351,9 @@ def _step(m: Mixer, x_t: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
 def _contracted(m: Mixer, method: str, out: Any, x: torch.Tensor, form: str, y: str) -> tuple[torch.Tensor, Any]:
     """``out`` if it is a pair whose first item is a tensor shaped like the input ``x``, else a ContractError."""
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)):
-        raise ContractError(f"layer {m.layer_idx}: {method} returned {_describe(out)}, not a {form} tuple")
+        raise ContractError(f"{_label(m)}: {method} returned {_describe(out)}, not a {form} tuple")
     if out[0].shape != x.shape:
-        raise ContractError(f"layer {m.layer_idx}: {method} returned {y} of shape {tuple(out[0].shape)} for input "
+        raise ContractError(f"{_label(m)}: {method} returned {y} of shape {tuple(out[0].shape)} for input "
                             f"{tuple(x.shape)} (must be equal)")
     return out
 
@@ -344,6 +366,11 @@ def _require_unchanged(state: Any, before: list[torch.Tensor], where: str) -> No
     if len(after) != len(before) or any(not torch.equal(a, b) for a, b in zip(after, before)):
         raise ContractError(f"{where} modified the state it was given in place; return a new state instead "
                             "(e.g. torch.cat or out-of-place ops on a copy)")
+
+
+def _label(m: Mixer) -> str:
+    """``layer 3 (attention)``: the layer and its own mixer, which in a hybrid differs from layer to layer."""
+    return f"layer {m.layer_idx} ({m.name})"
 
 
 def _describe(value: Any) -> str:
@@ -379,7 +406,8 @@ def run_checks(
     model.set_kernel(None, torch.device(device))
     batch = max(config.batch_sizes)
     lengths = config.lengths or default_lengths(model, batch=batch)
-    report = CheckReport(mixer, preset, tuple(model.mixers[0].kernels), tuple(lengths), tuple(config.batch_sizes))
+    kernels = tuple(dict.fromkeys(k for m in model.mixers for k in m.kernels))
+    report = CheckReport(mixer, preset, kernels, tuple(lengths), tuple(config.batch_sizes))
     gen = torch.Generator().manual_seed(config.seed)
     longest = max(lengths)
     x = torch.randn(batch, longest, backbone.d_model, generator=gen).to(device)
@@ -399,6 +427,7 @@ def run_checks(
         ("state_size", _state_size),
         ("interventions", _interventions),
         ("context_free", _context_free),
+        ("stack", _stack),
     ]
     for name, check in checks:
         if progress is not None:
@@ -419,6 +448,8 @@ def run_checks(
             model.eval()
             model.zero_grad(set_to_none=True)
         result.seconds = time.perf_counter() - t0
+        if result.location is not None and result.location.layer is not None:
+            result.location = dataclasses.replace(result.location, mixer=model.mixers[result.location.layer].name)
         report.results.append(result)
     report.seconds = time.perf_counter() - t_start
     return report
@@ -439,31 +470,32 @@ def _contract(s: _Setup) -> CheckResult:
         with torch.no_grad():
             y, _ = _forward(m, x)
             if y.dtype != x.dtype:
-                raise ContractError(f"layer {m.layer_idx}: forward returned dtype {y.dtype} for input {x.dtype}")
+                raise ContractError(f"{_label(m)}: forward returned dtype {y.dtype} for input {x.dtype}")
             if y.device != x.device:
-                raise ContractError(f"layer {m.layer_idx}: forward returned a tensor on {y.device}, input on {x.device}")
+                raise ContractError(f"{_label(m)}: forward returned a tensor on {y.device}, input on {x.device}")
             try:
                 state = m.init_state(x.shape[0], x.device, x.dtype)
             except NotImplementedError:
-                raise ContractError(f"layer {m.layer_idx}: init_state is not implemented") from None
+                raise ContractError(f"{_label(m)}: init_state is not implemented") from None
             y_s, new_state = _forward(m, x, state)
             if new_state is None:
-                raise ContractError(f"layer {m.layer_idx}: forward(x, state) returned no state (prefill needs it)")
+                raise ContractError(f"{_label(m)}: forward(x, state) returned no state (prefill needs it)")
             y_t, _ = _step(m, x[:, 0], m.init_state(x.shape[0], x.device, x.dtype))
             if y_t.dtype != x.dtype:
-                raise ContractError(f"layer {m.layer_idx}: step returned dtype {y_t.dtype} for input {x.dtype}")
+                raise ContractError(f"{_label(m)}: step returned dtype {y_t.dtype} for input {x.dtype}")
         try:
             size = m.state_size(x.shape[1])
         except NotImplementedError:
-            raise ContractError(f"layer {m.layer_idx}: state_size is not implemented") from None
+            raise ContractError(f"{_label(m)}: state_size is not implemented") from None
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ContractError(f"layer {m.layer_idx}: state_size returned {size!r}, not a count of floats")
+            raise ContractError(f"{_label(m)}: state_size returned {size!r}, not a count of floats")
     return CheckResult("contract", True, "forward, step, init_state and state_size return what the contract says")
 
 
 def _determinism(s: _Setup) -> CheckResult:
     twin = build_model(s.spec, seed=s.seed).to(s.x.device).eval()
-    twin.set_kernel(s.model.kernel)
+    for mine, theirs in zip(twin.mixers, s.model.mixers):  # each layer's own (a hybrid's layers differ)
+        mine.set_kernel(theirs.kernel)
     for (n1, p1), (_, p2) in zip(s.model.named_parameters(), twin.named_parameters()):
         if not torch.equal(p1, p2):
             return CheckResult("determinism", False, f"parameter {n1} differs between two builds with seed {s.seed}")
@@ -557,7 +589,7 @@ def _decode(s: _Setup) -> CheckResult:
             for t in range(longest):  # every step: a mixer may modify its input only now and then
                 before, passed = [t_.clone() for t_ in state_tensors(state)], state
                 y_t, state = _step(m, s.x[:, t], state)
-                _require_unchanged(passed, before, f"layer {layer}: step at position {t}")
+                _require_unchanged(passed, before, f"{_label(m)}: step at position {t}")
                 steps.append(y_t)
             decoded = torch.stack(steps, 1)
         for length in s.lengths:
@@ -581,7 +613,7 @@ def _prefill(s: _Setup) -> CheckResult:
                     y_a, state = _forward(m, x[:, :cut], m.init_state(s.batch, x.device, x.dtype))
                     before = [t.clone() for t in state_tensors(state)]
                     y_b, _ = _forward(m, x[:, cut:], state)
-                    _require_unchanged(state, before, f"layer {layer}: forward(x, state) after a prefill of {cut}")
+                    _require_unchanged(state, before, f"{_label(m)}: forward(x, state) after a prefill of {cut}")
                     worst.update(torch.cat([y_a, y_b], 1), full, where, f"prefill of {cut} tokens, then the rest")
     return _verdict("prefill", worst, s.tol, "prefill + continuation == one forward, cut at chunk boundaries")
 
@@ -720,7 +752,7 @@ def _state_size(s: _Setup) -> CheckResult:
         with torch.no_grad():
             empty = state_floats(m.init_state(B, s.x.device, s.x.dtype))
         if empty != B * m.state_size(0):
-            return CheckResult("state_size", False, f"layer {m.layer_idx}: init_state holds {empty / B:g} floats per "
+            return CheckResult("state_size", False, f"{_label(m)}: init_state holds {empty / B:g} floats per "
                                                     f"sequence but state_size(0) says {m.state_size(0)}")
         for length in sorted(lengths):
             x = s.x[:, :length]
@@ -732,28 +764,77 @@ def _state_size(s: _Setup) -> CheckResult:
             if kept_prefill != B * m.state_size(length) or kept_step != B * m.state_size(length + 1):
                 return CheckResult(
                     "state_size", False,
-                    f"layer {m.layer_idx}: state holds {kept_prefill / B:g} / {kept_step / B:g} floats per sequence "
+                    f"{_label(m)}: state holds {kept_prefill / B:g} / {kept_step / B:g} floats per sequence "
                     f"after {length} / {length + 1} tokens but state_size says {m.state_size(length)} / "
                     f"{m.state_size(length + 1)}",
                 )
     T = max(s.lengths)
-    return CheckResult("state_size", True, f"state_size matches the state kept ({s.model.mixers[0].state_size(T)} "
-                                           f"floats per sequence and layer at T={T})")
+    return CheckResult("state_size", True, f"state_size matches the state kept ({s.model.state_size(T)} floats per "
+                                           f"sequence, all {len(s.model.mixers)} layers, at T={T})")
 
 
 def _interventions(s: _Setup) -> CheckResult:
-    m = s.model.mixers[-1]
-    if not m.intervention_modes:
+    """The last layer of each mixer class in the stack (one class but in a hybrid, docs/hybrids.md)."""
+    last = {type(m): m for m in s.model.mixers}
+    checked = [m for m in last.values() if m.intervention_modes]
+    if not checked:
         return CheckResult("interventions", True, "none declared")
     x = s.x[:, : min(s.x.shape[1], 37)]
+    for m in checked:
+        with torch.no_grad():
+            base = _call(m, x)
+            for mode in m.intervention_modes:
+                with m.intervene([0], mode):
+                    changed = _call(m, x)
+                after = _call(m, x)
+                if torch.equal(changed, base):
+                    return CheckResult("interventions", False, f"{_label(m)}: '{mode}' of unit 0 did not change the "
+                                                               "output")
+                if not torch.equal(after, base):
+                    return CheckResult("interventions", False, f"{_label(m)}: '{mode}' was not undone on exit")
+    modes = ", ".join(dict.fromkeys(mode for m in checked for mode in m.intervention_modes))
+    return CheckResult("interventions", True, f"{modes} change the output and restore exactly")
+
+
+def _stack(s: _Setup) -> CheckResult:
+    """A stack of several mixer classes (a hybrid, docs/hybrids.md) as one model: a changed suffix leaves earlier
+    logits unchanged, a prefill then one ``step`` per token gives the full forward's logits, and the states hold
+    ``batch * model.state_size(T)`` floats, the sum of the layers' (every layer's own checks ran above; this
+    checks that the parts compose). A stack of one class is what the layer checks already cover."""
+    if len({type(m) for m in s.model.mixers}) < 2:
+        return CheckResult("stack", True, "one mixer in every layer: the layer checks cover the stack", skipped=True)
+    model, B = s.model, s.batch
+    length = min(model.config.context, max(s.lengths))
+    ids = s.ids[:, :length]
+    where = Location(None, length=length, batch=B)
     with torch.no_grad():
-        base = _call(m, x)
-        for mode in m.intervention_modes:
-            with m.intervene([0], mode):
-                changed = _call(m, x)
-            after = _call(m, x)
-            if torch.equal(changed, base):
-                return CheckResult("interventions", False, f"'{mode}' of unit 0 did not change the output")
-            if not torch.equal(after, base):
-                return CheckResult("interventions", False, f"'{mode}' was not undone on exit")
-    return CheckResult("interventions", True, f"{', '.join(m.intervention_modes)} change the output and restore exactly")
+        full, _ = model(ids)
+        cut = max(1, length // 2)
+        changed = ids.clone()
+        changed[:, cut:] = torch.randint(0, model.config.vocab_size, changed[:, cut:].shape,
+                                         generator=torch.Generator().manual_seed(s.seed + 5)).to(ids)
+        suffix = Worst()
+        suffix.update(model(changed)[0][:, :cut], full[:, :cut], where,
+                      f"the logits before a suffix changed from {cut}")
+        if suffix.error > s.tol * 1e-2:
+            return _verdict("stack", suffix, s.tol * 1e-2, "")
+        prefill = max(1, length // 3)
+        logits, states = model(ids[:, :prefill], model.init_states(B, ids.device))
+        steps = [logits]
+        counts = [(prefill, state_floats(states))]
+        for t in range(prefill, length):
+            step_logits, states = model.step(ids[:, t], states)
+            steps.append(step_logits[:, None])
+            counts.append((t + 1, state_floats(states)))
+    worst = Worst()
+    worst.update(torch.cat(steps, 1), full, where, f"a prefill of {prefill} tokens, then one step per token")
+    if worst.error > s.tol:
+        return _verdict("stack", worst, s.tol, "")
+    for tokens, kept in (counts[0], counts[-1]):
+        if kept != B * model.state_size(tokens):
+            return CheckResult("stack", False, f"the stack's states hold {kept / B:g} floats per sequence after "
+                                               f"{tokens} tokens, but the layers' state_size sums to "
+                                               f"{model.state_size(tokens)}")
+    return CheckResult("stack", True, f"the whole stack is causal, decodes as it runs forward, and keeps the sum of "
+                                      f"its layers' states ({model.state_size(length)} floats at T={length})",
+                       worst.error, s.tol)

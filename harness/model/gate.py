@@ -64,14 +64,15 @@ def require_gate(
         report = run_checks(spec.mixer, preset, spec.mixer_config, config, backbone=spec.backbone, device=device)
         cached = store_verdict(spec, device, config, report, time.perf_counter() - t0)
         if progress:
-            verdict = "passed" if report.passed else f"FAILED ({', '.join(report.failed)})"
+            verdict = "passed" if report.passed else f"FAILED ({', '.join(report.failures())})"
             print(f"[mixbench] conformance gate {verdict} in {cached['seconds']:.1f} s", file=sys.stderr, flush=True)
     if not cached["passed"]:
         config_args = " ".join(f"{k}={v}" for k, v in sorted(spec.mixer_config.items()))
         hint = check_command(spec.mixer, preset, config_args)
         raise GateFailed(
-            f"mixer {_describe(spec)} fails the conformance gate ({', '.join(cached['failed'])}), so it is not "
-            f"scored; run `{hint}` to see where (--skip-gate scores it anyway, and says so in every result)."
+            f"mixer {_describe(spec)} fails the conformance gate ({', '.join(cached.get('where') or cached['failed'])})"
+            f", so it is not scored; run `{hint}` to see why (--skip-gate scores it anyway, and says so in every "
+            "result)."
         )
     return GateRecord("passed", GATE_VERSION, key, cached.get("seconds"))
 
@@ -88,8 +89,8 @@ def check_command(mixer: str, preset: str, config_args: str = "") -> str:
 def store_verdict(spec: ModelSpec, device: str, config: GateConfig, report, seconds: float) -> dict:
     """Cache ``report`` as the gate's verdict for ``spec`` (what ``mixbench check`` ran is then not run again by
     ``eval``/``run`` at the same backbone); returns the cached record."""
-    record = {"passed": report.passed, "failed": report.failed, "seconds": round(seconds, 2),
-              "report": report.render()}
+    record = {"passed": report.passed, "failed": report.failed, "where": report.failures(),
+              "seconds": round(seconds, 2), "report": report.render()}
     _write(gate_key(spec, device, config), record)
     return record
 

@@ -274,10 +274,11 @@ def model_subject(ckpt: Checkpoint, model, identity: Identity, device: str) -> S
         train_flops_estimated=None if ckpt.meta.get("train_flops") is None
         else any(flops_estimated(m) for m in model.mixers),
         train_tokens_per_s=ckpt.meta.get("tokens_per_s"),
-        kernel=model.kernel,
+        # a hybrid's layers run their own kernels (docs/hybrids.md): each distinct one, in layer order
+        kernel="+".join(dict.fromkeys(m.kernel for m in model.mixers)),
         device=device,
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
-        packages=model.mixers[0].package_versions(),
+        packages={k: v for m in model.mixers for k, v in m.package_versions().items()},
         loss_curve=[dict(r) for r in ckpt.meta.get("history", [])],
         learning_curve=[dict(r) for r in ckpt.meta.get("learning_curve", [])],
         recipe=recipe_status(spec.preset, spec.model.mixer, spec.model.mixer_config, train,

@@ -171,19 +171,24 @@ def identity_packages() -> dict[str, str]:
 
 
 def mixer_identity(mixer: str, mixer_config: dict[str, Any] | None) -> Identity:
-    """Name, declared version, source fingerprint and the full config (defaults filled in) of a mixer."""
+    """Name, declared version, source fingerprint and the full config (defaults filled in) of a mixer; for a mixer
+    whose class builds its layers from other registered mixers (``components(config)``: a hybrid's parts,
+    docs/hybrids.md) also each part's identity, so editing a part's code changes every hybrid holding it."""
     from harness.registry import MIXERS
 
     entry = MIXERS.get(mixer)
-    return _identity(
-        {
-            "mixer": mixer,
-            "mixer_version": int(getattr(entry.cls, "version", 1)),
-            "mixer_source": entry.source,
-            "mixer_code": plugin_fingerprint(entry.cls),
-            "mixer_config": to_dict(entry.make_config(mixer_config)),
-        }
-    )
+    config = entry.make_config(mixer_config)
+    parts = {
+        "mixer": mixer,
+        "mixer_version": int(getattr(entry.cls, "version", 1)),
+        "mixer_source": entry.source,
+        "mixer_code": plugin_fingerprint(entry.cls),
+        "mixer_config": to_dict(config),
+    }
+    components = getattr(entry.cls, "components", None)  # a mixer built of other mixers (docs/hybrids.md)
+    if components is not None:
+        parts["mixer_parts"] = [mixer_identity(name, values).parts for name, values in components(config)]
+    return _identity(parts)
 
 
 def model_identity(spec: Any, data_fingerprint: str) -> Identity:
@@ -234,10 +239,18 @@ def row_identity(model: Identity) -> str:
 CODE_PARTS = ("mixer_code", "core_code", "packages", "identity_version", "mixer_version")
 
 
+def _mixer_without_code(mixer: dict[str, Any]) -> dict[str, Any]:
+    """A mixer identity's parts without code fingerprints, its parts' (a hybrid's, docs/hybrids.md) included."""
+    out = {k: v for k, v in mixer.items() if k not in CODE_PARTS}
+    if isinstance(out.get("mixer_parts"), list):
+        out["mixer_parts"] = [_mixer_without_code(p) if isinstance(p, dict) else p for p in out["mixer_parts"]]
+    return out
+
+
 def lineage_identity(subject_parts: dict[str, Any]) -> str:
     """What a model identity stands for without its code and package fingerprints, nor its seed: the models a
     board row keeps only the newest code of (older lineages are hidden, not averaged in)."""
-    mixer = {k: v for k, v in (subject_parts.get("mixer") or {}).items() if k not in CODE_PARTS}
+    mixer = _mixer_without_code(subject_parts.get("mixer") or {})
     train = {k: v for k, v in (subject_parts.get("train") or {}).items() if k != "seed"}
     rest = {k: v for k, v in subject_parts.items() if k not in CODE_PARTS and k not in ("mixer", "train")}
     return content_hash({"mixer": mixer, "train": train, **rest})
@@ -258,7 +271,7 @@ def budget_series(subject_parts: dict[str, Any]) -> tuple[str, str, int] | None:
     rest = {k: v for k, v in subject_parts.items()
             if k not in CODE_PARTS and k not in ("mixer", "train", "weights_sha256")}
     shared = {k: v for k, v in train.items() if k not in ("seed", "token_budget")}
-    member = {k: v for k, v in mixer.items() if k not in CODE_PARTS}
+    member = _mixer_without_code(mixer)
     return content_hash({"train": shared, **rest}), content_hash(member), budget
 
 
