@@ -30,6 +30,7 @@ def _common(results: bool = True) -> argparse.ArgumentParser:
 
 def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large (default: quick)")
+    _backbone_arg(p)
     p.add_argument("--data", default=None, help="'embedded' (default), a local file/folder, or hub:NAME")
     p.add_argument("--text-field", default=None, help="field holding the text in json/parquet data (default: text)")
     p.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default: the preset's)")
@@ -84,6 +85,7 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
                    help="sequence lengths (default: 1, a prime below the smallest chunk, every chunk boundary, the "
                         "context and, for mixers that extrapolate, twice the context)")
     p.add_argument("--batch-sizes", default=None, metavar="N,N,...", help="batch sizes (default: 1,3)")
+    _backbone_arg(p)
     p.add_argument("--tolerance", default=None, metavar="REL", help="relative tolerance of comparisons (default: 1e-4)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when present, else cpu)")
 
@@ -481,6 +483,22 @@ def _check_output_file(path: Path, option: str) -> None:
         raise MixbenchError(f"{option} {path}: the folder {path.parent} does not exist; create it or pick another path.")
 
 
+def _backbone_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="backbone overrides on the preset's, e.g. n_layers=4 (a hybrid's depth is a multiple of its "
+                        "period, docs/hybrids.md)")
+
+
+def _backbone_overrides(args: argparse.Namespace) -> dict:
+    """``--backbone KEY=VALUE`` and ``--context N`` (which wins) as backbone overrides (typed by the config)."""
+    from harness.model.specs import parse_assignments
+
+    values = parse_assignments(getattr(args, "backbone", None))
+    if getattr(args, "context", None):
+        values["context"] = args.context
+    return values
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from harness.model.conformance import GateConfig, run_checks
     from harness.registry import MIXERS
@@ -495,8 +513,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from harness.config import BackboneConfig, ModelSpec, get_preset
     from harness.model.gate import store_verdict
 
+    from harness.values import coerce_values
+
     preset = get_preset(args.preset)
-    spec = ModelSpec(args.mixer, config, BackboneConfig(vocab_size=preset.vocab_size, **preset.backbone))
+    overrides = coerce_values(BackboneConfig, _backbone_overrides(args), "backbone")
+    spec = ModelSpec(args.mixer, config, BackboneConfig(**{"vocab_size": preset.vocab_size, **preset.backbone,
+                                                           **overrides}))
     device = _device(args.device)
     t0 = time.perf_counter()
     report = run_checks(args.mixer, args.preset, config, gate_config, backbone=spec.backbone, device=device)
@@ -511,7 +533,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from harness.model.specs import bind_vocab, make_run_spec, parse_assignments
     from harness.running.training import train
 
-    backbone = {"context": args.context} if args.context else {}
+    backbone = _backbone_overrides(args)
     spec = make_run_spec(
         args.mixer, args.preset, parse_assignments(args.mixer_config), backbone,
         {**_train_overrides(args), "seed": args.seed}, _data_overrides(args), match=args.match,
@@ -623,7 +645,7 @@ def _run_grid(
         if len(mixers) == 1 else {},
         train_overrides=_train_overrides(args) if hasattr(args, "tokens") else {},
         data_overrides=_data_overrides(args) if hasattr(args, "data") else {},
-        backbone_overrides={"context": args.context} if getattr(args, "context", None) else {},
+        backbone_overrides=_backbone_overrides(args),
         suite_overrides=suite_overrides or {},
         options=JobOptions(device=_device(args.device), kernel=getattr(args, "kernel", None),
                            force=getattr(args, "force", False), progress=not args.no_progress,

@@ -108,7 +108,8 @@ class HybridMixer(Mixer):
         if n_layers % len(cls.period):
             raise ConfigError(
                 f"'{cls.name}' repeats a period of {len(cls.period)} layers over the depth, but the model has "
-                f"{n_layers}; use a depth that is a multiple of {len(cls.period)} (--n-layers).")
+                f"{n_layers}; use a depth that is a multiple of {len(cls.period)} (--backbone n_layers=N, or a plan's "
+                "backbone).")
         part = cls.period[layer_idx % len(cls.period)]
         entry = MIXERS.get(part)
         return entry.cls(entry.make_config(cfg.part_configs()[part]), d_model, layer_idx, n_layers)
