@@ -624,7 +624,7 @@ def _kernels(s: _Setup) -> CheckResult:
     the reference is often a slow loop, so neither a batch (the batch checks cover rows) nor twice the context
     (the causality and decode checks cover it with the default kernel) is run through it."""
     worst = Worst()
-    compared: set[str] = set()
+    compared: dict[str, set[str]] = {}  # reference -> the kernels compared with it (a hybrid's parts differ)
     weight = torch.linspace(-1, 1, s.x.shape[-1], device=s.x.device)
     lengths = [n for n in s.lengths if n <= s.model.config.context] or [min(s.lengths)]
     for layer, m in enumerate(s.model.mixers):
@@ -647,7 +647,7 @@ def _kernels(s: _Setup) -> CheckResult:
                 for k, (y, grads) in outs.items():
                     if k == m.reference_kernel:
                         continue
-                    compared.add(k)
+                    compared.setdefault(m.reference_kernel, set()).add(k)
                     where = Location(layer, length=length, batch=1)
                     worst.update(y, ref_y, where, f"kernel '{k}' output")
                     ref_grads = dict(ref_g)
@@ -660,8 +660,8 @@ def _kernels(s: _Setup) -> CheckResult:
             m.zero_grad(set_to_none=True)
     if not compared:
         return CheckResult("kernels", True, "one kernel only (the reference)")
-    ref = s.model.mixers[0].reference_kernel
-    return _verdict("kernels", worst, s.tol, f"{', '.join(sorted(compared))} == reference '{ref}' (outputs and gradients)")
+    said = "; ".join(f"{', '.join(sorted(ks))} == reference '{ref}'" for ref, ks in compared.items())
+    return _verdict("kernels", worst, s.tol, f"{said} (outputs and gradients)")
 
 
 def _batch_independence(s: _Setup) -> CheckResult:
