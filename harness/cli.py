@@ -219,8 +219,7 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--data", default=None, help="'embedded' (default), a local file/folder, or hub:NAME")
     p.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default: the preset's)")
     p.add_argument("--max-train-docs", type=int, default=None, help="train on at most this many documents (0 = all)")
-    p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="backbone overrides, e.g. residual_gates=all (docs/protocol.md)")
+    _backbone_arg(p)
     p.add_argument("--match", default=None, choices=("params", "none"), help="as for run (default: the preset's)")
     p.add_argument("--yes", action="store_true", help="train models estimated to take longer than the time limit")
     p.add_argument("--split", default="validation",
@@ -485,8 +484,8 @@ def _check_output_file(path: Path, option: str) -> None:
 
 def _backbone_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backbone", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="backbone overrides on the preset's, e.g. n_layers=4 (a hybrid's depth is a multiple of its "
-                        "period, docs/hybrids.md)")
+                   help="backbone overrides on the preset's, e.g. n_layers=4 or residual_gates=all (docs/protocol.md;"
+                        " a hybrid's depth is a multiple of its period, docs/hybrids.md)")
 
 
 def _backbone_overrides(args: argparse.Namespace) -> dict:
@@ -500,21 +499,17 @@ def _backbone_overrides(args: argparse.Namespace) -> dict:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from harness.config import BackboneConfig, ModelSpec, get_preset
     from harness.model.conformance import GateConfig, run_checks
-    from harness.registry import MIXERS
+    from harness.model.gate import store_verdict
     from harness.model.specs import parse_assignments
+    from harness.registry import MIXERS
+    from harness.values import build_config, coerce_values
 
     config = parse_assignments(args.mixer_config)
     MIXERS.get(args.mixer).make_config(config)
     gate = {"lengths": args.lengths, "batch_sizes": args.batch_sizes, "tolerance": args.tolerance}
-    from harness.values import build_config
-
     gate_config = build_config(GateConfig, {k: v for k, v in gate.items() if v is not None}, "check")
-    from harness.config import BackboneConfig, ModelSpec, get_preset
-    from harness.model.gate import store_verdict
-
-    from harness.values import coerce_values
-
     preset = get_preset(args.preset)
     overrides = coerce_values(BackboneConfig, _backbone_overrides(args), "backbone")
     spec = ModelSpec(args.mixer, config, BackboneConfig(**{"vocab_size": preset.vocab_size, **preset.backbone,

@@ -12,6 +12,7 @@ debugging, and the manifest records ``skipped``.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -67,8 +68,7 @@ def require_gate(
             verdict = "passed" if report.passed else f"FAILED ({', '.join(report.failures())})"
             print(f"[mixbench] conformance gate {verdict} in {cached['seconds']:.1f} s", file=sys.stderr, flush=True)
     if not cached["passed"]:
-        config_args = " ".join(f"{k}={v}" for k, v in sorted(spec.mixer_config.items()))
-        hint = check_command(spec.mixer, preset, config_args)
+        hint = check_command(spec.mixer, preset, _assignments(spec.mixer_config), _backbone_args(spec, preset))
         raise GateFailed(
             f"mixer {_describe(spec)} fails the conformance gate ({', '.join(cached.get('where') or cached['failed'])})"
             f", so it is not scored; run `{hint}` to see why (--skip-gate scores it anyway, and says so in every "
@@ -77,13 +77,34 @@ def require_gate(
     return GateRecord("passed", GATE_VERSION, key, cached.get("seconds"))
 
 
-def check_command(mixer: str, preset: str, config_args: str = "") -> str:
+def check_command(mixer: str, preset: str, config_args: str = "", backbone_args: str = "") -> str:
     """The ``mixbench check`` command that shows a verdict, with the ``--plugin`` modules this process loaded (a
-    plugin's mixer is unknown without them)."""
+    plugin's mixer is unknown without them) and the backbone where it is not the preset's (a hybrid's depth, a
+    matched MLP width), shell-quoted (``hybrid:deltanet*3+attention`` holds a glob)."""
     from harness.registry import LOADED_PLUGINS
 
     plugins = "".join(f" --plugin {m}" for m in LOADED_PLUGINS)
-    return f"mixbench check {mixer} --preset {preset}{plugins}" + (f" --mixer-config {config_args}" if config_args else "")
+    return (f"mixbench check {shlex.quote(mixer)} --preset {preset}{plugins}"
+            + (f" --mixer-config {config_args}" if config_args else "")
+            + (f" --backbone {backbone_args}" if backbone_args else ""))
+
+
+def _assignments(values: dict) -> str:
+    """``KEY=VALUE`` arguments that parse back to ``values`` (mappings and lists as JSON), each shell-quoted."""
+    return " ".join(shlex.quote(f"{k}={v if isinstance(v, str) else json.dumps(v)}") for k, v in sorted(values.items()))
+
+
+def _backbone_args(spec: ModelSpec, preset: str) -> str:
+    """The backbone fields where ``spec``'s differ from the preset's (its vocabulary aside: the gate is blind to
+    it), as ``--backbone`` arguments; none for a preset ``mixbench check`` does not know."""
+    from harness.config import PRESETS
+    from harness.store.manifest import diff_from
+
+    if preset not in PRESETS:
+        return ""
+    p = PRESETS[preset]
+    default = to_dict(type(spec.backbone)(**{**p.backbone, "vocab_size": spec.backbone.vocab_size}))
+    return _assignments(diff_from(to_dict(spec.backbone), default))
 
 
 def store_verdict(spec: ModelSpec, device: str, config: GateConfig, report, seconds: float) -> dict:
