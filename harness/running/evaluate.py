@@ -227,8 +227,19 @@ def store_runs(store: ResultsStore, runs: list[AggregateRun]) -> list[str]:
 
 def _mixer_parts(mixer: str, mixer_config: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
     mix = MIXERS.get(mixer)
-    full = to_dict(mix.make_config(mixer_config))
-    return mix.source, full, diff_from(full, to_dict(mix.config_cls()))
+    config = mix.make_config(mixer_config)
+    return mix.source, to_dict(config), _config_diff(mix.cls, config, mix.config_cls())
+
+
+def _config_diff(cls: type, config: Any, default: Any) -> dict[str, Any]:
+    """The config's fields that differ from the defaults (the board's label). A mixer built of other mixers (a
+    hybrid's parts, docs/hybrids.md) differs part by part, ``attention.n_heads=2``, not by its parts' whole JSON."""
+    components = getattr(cls, "components", None)
+    if components is None:
+        return diff_from(to_dict(config), to_dict(default))
+    defaults = dict(components(default))
+    return {f"{part}.{k}": v for part, values in components(config)
+            for k, v in diff_from(values, defaults[part]).items()}
 
 
 def control_flags(mixer: str) -> dict[str, bool]:
