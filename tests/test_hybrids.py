@@ -7,13 +7,14 @@ pattern is one sentence."""
 from __future__ import annotations
 
 import json
-import time
+import shlex
 
 import pytest
 import torch
 
 import tests.adversaries  # noqa: F401 - registers the _adv_* plugin mixers
-from harness.config import BackboneConfig, ModelSpec
+from harness.cli import build_parser, main
+from harness.config import BackboneConfig, ModelSpec, get_preset
 from harness.errors import ConfigError, MixbenchError
 from harness.model.backbone import build_model
 from harness.model.flops import model_flops_per_token
@@ -84,10 +85,16 @@ def test_the_gate_names_a_planted_broken_layer_and_its_part(tmp_path, monkeypatc
     assert report.failures()[0].startswith("causality at layer 1 (_adv_leak_past_40)")
     stack = next(r for r in report.results if r.name == "stack")
     assert not stack.passed  # the whole stack reads the future too
-    backbone = BackboneConfig(vocab_size=512, d_model=64, n_layers=2, context=128)
-    with pytest.raises(GateFailed, match=r"causality at layer 1 \(_adv_leak_past_40\)"):
+    # at a backbone other than the preset's, the suggested `mixbench check` says it (a hybrid's depth would be
+    # refused without it); the command (shell-quoted: a pattern may hold a '*') parses back to both
+    backbone = BackboneConfig(vocab_size=512, d_model=32, n_layers=2, context=128)
+    with pytest.raises(GateFailed, match=r"causality at layer 1 \(_adv_leak_past_40\)") as info:
         require_gate(ModelSpec("hybrid:attention+_adv_leak_past_40", {}, backbone), "tiny", config=config,
                      progress=False)
+    hint = str(info.value).split("run `")[1].split("`")[0]
+    assert hint.startswith("mixbench check hybrid:attention+_adv_leak_past_40 --preset tiny")
+    args = build_parser().parse_args(shlex.split(hint)[1:])
+    assert args.mixer == "hybrid:attention+_adv_leak_past_40" and args.backbone == ["d_model=32"]
     # the same plugin honest beside the same built-in passes, the stack check included (not skipped)
     honest = run_checks("hybrid:attention+_adv_honest", "tiny", config=config)
     assert honest.passed, honest.render()
@@ -149,6 +156,52 @@ def test_a_depth_off_the_period_and_an_unknown_part_config_are_one_sentence():
         make_run_spec("hybrid:deltanet+attention", "tiny", {"parts": '{"gla": {}}'})
     with pytest.raises(ConfigError, match="unknown config field"):
         make_run_spec("hybrid:deltanet+attention", "tiny", {"parts": '{"deltanet": {"heads": 2}}'})
+
+
+def test_the_cli_and_a_plan_name_a_hybrid_and_its_depth(capsys):
+    """``check`` at the preset's 2 layers refuses a period of 4 in one sentence; a plan names the pattern with its
+    parts' configs and the depth in its backbone, and is refused, located, without it (~0.3 s)."""
+    from harness.running.plan import plan_from_dict
+
+    assert main(["check", "hybrid:deltanet*3+attention", "--preset", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "use a depth that is a multiple of 4 (--backbone n_layers=N" in err and err.count("\n") == 1
+    raw = {"name": "h", "preset": "tiny", "suites": ["perplexity"], "backbone": {"n_layers": 4},
+           "mixers": {"hybrid:deltanet*3+attention": {"parts": {"attention": {"n_heads": 2}}}, "deltanet": None}}
+    plan = plan_from_dict(raw)
+    plan.check()
+    assert plan.mixer_configs["hybrid:deltanet*3+attention"] == {"parts": {"attention": {"n_heads": 2}}}
+    with pytest.raises(ConfigError, match=r"mixer hybrid:deltanet\*3\+attention.*multiple of 4"):
+        plan_from_dict({**raw, "backbone": {}}).check()
+
+
+def test_matching_sizes_the_whole_stack_and_the_board_labels_it_by_its_pattern():
+    """A hybrid's non-embedding parameters are its layers' (3/4 of a 4-layer DeltaNet model's plus 1/4 of an
+    attention model's, the MLPs and norms shared alike), and matching brings that within 5% of the reference;
+    the board's label is the pattern, a part's config difference named part by part (~0.3 s)."""
+    import dataclasses
+
+    from harness.model.matching import MATCH_TOLERANCE, non_embedding_parameters, relative_gap
+    from harness.model.specs import make_run_spec
+    from harness.running.evaluate import mixer_subject
+    from harness.store.identity import mixer_identity
+
+    pattern, four = "hybrid:deltanet*3+attention", {"n_layers": 4}
+    unmatched = make_run_spec(pattern, "tiny", backbone_overrides=four, match="none").model
+    count = {n: non_embedding_parameters(ModelSpec(n, {}, unmatched.backbone)) for n in ("deltanet", "attention")}
+    assert 4 * non_embedding_parameters(unmatched) == 3 * count["deltanet"] + count["attention"]
+    matched = make_run_spec(pattern, "tiny", backbone_overrides=four).model
+    assert matched.backbone.ffn_dim != unmatched.backbone.ffn_dim
+    assert abs(relative_gap(matched, get_preset("tiny").match_reference)) < MATCH_TOLERANCE
+    assert dataclasses.replace(matched.backbone, ffn_hidden=0) == dataclasses.replace(unmatched.backbone,
+                                                                                      ffn_hidden=0)
+
+    def label(config):
+        return mixer_subject(pattern, config, mixer_identity(pattern, config)).label
+
+    assert label({}) == pattern == label({"parts": {"attention": {"n_heads": 4}}})  # the default spelt out
+    assert label({"parts": {"attention": {"n_heads": 2}, "deltanet": {"use_gate": True}}}) == \
+        f"{pattern} (attention.n_heads=2, deltanet.use_gate=True)"
 
 
 def test_an_exported_hybrid_with_a_plugin_part_loads_in_transformers_with_equal_logits(tmp_path):
