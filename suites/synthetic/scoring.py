@@ -140,3 +140,29 @@ def average_metric(name: str, parts: Sequence[tuple[ExampleScores, Sequence[str]
     return Metric(name, mean, True, role="diagnostic", interval=interval,
                   n=sum(p[0].n_targets for p in parts), unit=UNIT, items=ItemValues(tuple(ids), tuple(values), tuple(weights)),
                   chance=chance, perfect=1.0)
+
+
+def end_scores(hits: np.ndarray, mask: np.ndarray) -> ExampleScores:
+    """Per example, whether its last target position is predicted exactly: the label at the end of the sequence
+    (at ``T - 1`` for examples of full length with every position labelled, as :func:`window_scores` there)."""
+    n, T = mask.shape
+    has = mask.any(1)
+    last = T - 1 - np.argmax(mask[:, ::-1], axis=1)
+    correct = np.where(has, hits[np.arange(n), last], False).astype(np.int64)
+    return ExampleScores(correct, has.astype(np.int64))
+
+
+def scaled_accuracy_metric(name: str, scores: ExampleScores, ids: Sequence[str], chance: float,
+                           level: float) -> Metric:
+    """Scaled accuracy ``(acc - chance) / (1 - chance)`` (Grazzi et al. 2025's table, after xLSTM's formal-language
+    evaluation; docs/state_tracking.md): 0 is guessing, 1 perfect, negative below chance. The map is increasing and
+    affine, so its interval is the accuracy's Wilson interval mapped bound by bound (same coverage); the items are
+    the per-example accuracies mapped the same way."""
+    scale = lambda a: (a - chance) / (1.0 - chance)  # noqa: E731
+    keep = scores.total > 0
+    raw = stats.wilson_interval(scores.n_correct, scores.n_targets, level)
+    interval = None if raw is None else stats.Interval(scale(raw.low), scale(raw.high), raw.kind, raw.level)
+    items = ItemValues(tuple(np.asarray(ids)[keep]), tuple(scale(scores.correct[keep] / scores.total[keep])),
+                       tuple(scores.total[keep].astype(float)))
+    return Metric(name, scale(scores.accuracy), True, role="diagnostic", interval=interval, n=scores.n_targets,
+                  unit="scaled accuracy, (acc - chance) / (1 - chance)", items=items, chance=0.0, perfect=1.0)

@@ -35,7 +35,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.values import option
-from suites.synthetic.data import TaskData, check_size, check_task_sizes
+from suites.synthetic.data import IGNORE, TaskData, check_size, check_task_sizes
 
 #: the largest mod-add modulus: m is the trained model's vocabulary, and the group's Cayley table holds m^2 entries
 MAX_MODULUS = 1_024
@@ -190,3 +190,41 @@ def generate_word_problem(cfg: WordProblemConfig, n: int, rng: np.random.Generat
     del training
     inputs = rng.integers(0, cfg.group_size, size=(n, cfg.seq_len)).astype(np.int64)
     return TaskData(inputs, running_products(cfg, inputs))
+
+
+def parse_length_range(spec: str, what: str) -> tuple[int, int] | None:
+    """``"40-256"`` -> (40, 256); ``""`` -> None (docs/state_tracking.md, "Grazzi et al.'s protocol")."""
+    if not spec:
+        return None
+    lo, sep, hi = spec.partition("-")
+    try:
+        low, high = int(lo), int(hi)
+    except ValueError:
+        raise ConfigError(f"synthetic: {what} must look like 40-256 (the lowest and highest length), got "
+                          f"{spec!r}.") from None
+    if not sep or not 1 <= low <= high:
+        raise ConfigError(f"synthetic: {what} must be two lengths low-high with 1 <= low <= high, got {spec!r}.")
+    return low, high
+
+
+def draw_lengths(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
+    """``n`` lengths uniform over ``low..high`` (both included), one per example."""
+    return rng.integers(low, high + 1, size=n).astype(np.int64)
+
+
+def mask_lengths(data: TaskData, lengths: np.ndarray | None, end_only: bool) -> TaskData:
+    """``data`` cut to per-example ``lengths`` (None: every example at its full length): the positions past an
+    example's length are padding, token 0 with no target; with ``end_only`` only the example's last position keeps
+    its label (Grazzi et al. label the end of the sequence).
+
+    Right padding is exact for a causal model: nothing at or after position ``len`` reaches the labels before it,
+    so a padded batch scores what each example would score alone at its own length (the tests check this against a
+    loop over unpadded examples)."""
+    n, T = data.inputs.shape
+    size = np.full(n, T, dtype=np.int64) if lengths is None else np.asarray(lengths, dtype=np.int64)
+    if size.shape != (n,) or (size < 1).any() or (size > T).any():
+        raise ValueError(f"mask_lengths: need one length in 1..{T} per example")
+    pos = np.arange(T)[None, :]
+    inside = pos < size[:, None]
+    labelled = pos == size[:, None] - 1 if end_only else inside
+    return TaskData(np.where(inside, data.inputs, 0), np.where(labelled, data.targets, IGNORE))

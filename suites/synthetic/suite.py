@@ -39,16 +39,19 @@ from harness.errors import ConfigError
 from harness.registry import MIXERS, register_suite
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
 from suites.synthetic import site
-from suites.synthetic.data import MAX_EXAMPLES, MAX_SEQ_LEN, check_size, check_split_tokens, torch_seed
+from suites.synthetic.data import MAX_EXAMPLES, MAX_SEQ_LEN, check_size, check_split_tokens, split_rng, torch_seed
 from suites.synthetic.plots import plot_accuracy_vs_state
 from suites.synthetic.site import PLOT_NAME
 from suites.synthetic.scoring import (
-    ExampleScores, accuracy_metric, average_metric, item_ids, position_hits, score_split, window_scores,
+    ExampleScores, accuracy_metric, average_metric, end_scores, item_ids, position_hits, scaled_accuracy_metric,
+    score_split, window_scores,
 )
+from suites.synthetic.state_tracking import draw_lengths, mask_lengths, parse_length_range
 from suites.synthetic.tasks import DEFAULT_TASKS, TaskSpec, expand_tasks, get_task, parse_settings
 from suites.synthetic.train import TrainSettings, sweep
 
 GRIDS = ("base", "full")
+LABELS = ("all", "end")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,12 @@ class SyntheticConfig:
     extrapolation: tuple[int, ...] = (2, 4)  # MQAR's first setting and every state-tracking setting tested at
     # these multiples of its length
     extrapolate_all: bool = False  # state tracking: test mixers that declare no length extrapolation past L too
+    # Grazzi et al.'s protocol (docs/state_tracking.md): the defaults leave every run as it was
+    min_len: int = 0  # state tracking: train, validate and test on lengths min_len..seq_len, drawn per example
+    # (right-padded, masked); 0: every example at seq_len
+    labels: str = "all"  # state tracking: "all" positions labelled, or "end" (the last position of each example)
+    test_lengths: str = ""  # state tracking: "40-256": also test on lengths drawn per example in this range
+    seeds: int = 1  # train this many model seeds per setting, keep the best by validation accuracy
     data_seed: int = 0  # seed of every generated split (the model seed is the run's)
     confidence: float = 0.95  # level of the Wilson intervals
 
@@ -111,6 +120,14 @@ class SyntheticConfig:
             raise ConfigError(f"synthetic: extrapolation factors must be integers >= 2, got {self.extrapolation}.")
         if not isinstance(self.extrapolate_all, bool):
             raise ConfigError(f"synthetic: extrapolate_all must be true or false, got {self.extrapolate_all!r}.")
+        if isinstance(self.min_len, bool) or not isinstance(self.min_len, int) or self.min_len < 0 or \
+                self.min_len == 1:
+            raise ConfigError(f"synthetic: min_len must be 0 (off) or an integer >= 2, got {self.min_len!r}.")
+        if self.labels not in LABELS:
+            raise ConfigError(f"synthetic: labels must be one of {', '.join(LABELS)}, got {self.labels!r}.")
+        parse_length_range(self.test_lengths, "test_lengths")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 1 <= self.seeds <= 16:
+            raise ConfigError(f"synthetic: seeds must be an integer in 1..16, got {self.seeds!r}.")
         if not 0.5 <= self.confidence < 1:
             raise ConfigError(f"synthetic: confidence must be in [0.5, 1), got {self.confidence}.")
         stray = sorted(set(parse_settings(self.settings)) - set(self.tasks))
@@ -126,6 +143,10 @@ class SyntheticConfig:
         longest = setting.seq_len
         if task.name == "mqar" or task.state_tracking:
             longest *= max((1, *self.extrapolation))
+        if task.state_tracking:
+            longest = max(longest, self.test_range[1] if self.test_range else 0)
+            if self.min_len > setting.seq_len:
+                raise ConfigError(f"{where}: min_len ({self.min_len}) is above the trained length {setting.seq_len}.")
         check_size(where, "the longest tested length (seq_len x the largest extrapolation factor)", longest,
                    MAX_SEQ_LEN, "every test example is generated and scored at it (the sources' longest is 1,024)")
         check_split_tokens(where, "validation", self.valid_examples, setting.seq_len)
@@ -143,6 +164,15 @@ class SyntheticConfig:
                 raise ConfigError(f"synthetic: task {name} lists one setting twice ({', '.join(labels)}).")
             out += [(task, c) for c in configs]
         return out
+
+    @property
+    def test_range(self) -> tuple[int, int] | None:
+        return parse_length_range(self.test_lengths, "test_lengths")
+
+    @property
+    def grazzi(self) -> bool:
+        """Whether any option of Grazzi et al.'s protocol is on (the runs then also report scaled accuracy)."""
+        return bool(self.min_len or self.labels != "all" or self.test_lengths)
 
     def grid_points(self) -> list[tuple[float, float]]:
         return [(lr, wd) for lr in self.lrs for wd in self.weight_decays]
@@ -234,6 +264,8 @@ class Synthetic(Suite):
         cfg: SyntheticConfig = self.cfg
         for task, setting in plan:
             longest = setting.seq_len * max((1, *cfg.extrapolation))
+            if task.state_tracking and cfg.test_range:
+                longest = max(longest, cfg.test_range[1])
             examples = task.train_examples(setting) + cfg.valid_examples + cfg.test_examples
             what = f"synthetic {task.name}/{task.label(setting)}"
             # inputs and targets as int64 for every example (the extrapolation sets are test-sized, longer)
@@ -285,38 +317,68 @@ class Synthetic(Suite):
         return SettingResult(task, setting, label, scores, ids, metrics, info)
 
     def _train(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any, ctx: SuiteContext,
-               device: torch.device, context: int | None = None):
-        """Generate a setting's splits and train its model (the sweep); ``context`` overrides the backbone's
-        (the input length)."""
+               device: torch.device, context: int | None = None, prepare=None):
+        """Generate a setting's splits and train its model (the sweep, for each of ``cfg.seeds`` model seeds; the
+        best by validation accuracy); ``context`` overrides the backbone's (the input length); ``prepare(data,
+        split)`` rewrites a split (state tracking's per-example lengths and end labels)."""
         cfg: SyntheticConfig = self.cfg
         label = task.label(setting)
-        train = task.split(setting, cfg.data_seed, "train", task.train_examples(setting))
-        valid = task.split(setting, cfg.data_seed, "valid", cfg.valid_examples)
-        test = task.split(setting, cfg.data_seed, "test", cfg.test_examples)
+        splits = {name: task.split(setting, cfg.data_seed, name, n) for name, n in
+                  (("train", task.train_examples(setting)), ("valid", cfg.valid_examples), ("test", cfg.test_examples))}
+        if prepare is not None:
+            splits = {name: prepare(data, name) for name, data in splits.items()}
+        train, valid, test = splits["train"], splits["valid"], splits["test"]
         backbone = BackboneConfig(cfg.d_model, cfg.n_layers, context or test.seq_len, setting.vocab_size)
         spec = ModelSpec(mixer, dict(mixer_config), backbone)
-        key = (task.name, to_dict(setting), int(ctx.seed))
-        best, tries = sweep(spec, task.head, train, valid, cfg.grid_points(), cfg.train_settings(),
-                            torch_seed("init", *key), torch_seed("order", *key), device,
-                            f"{mixer} {task.name}/{label}", ctx.progress)
+        best, tries, per_seed = None, [], []
+        for index in range(cfg.seeds):
+            # seed 0 keeps the key of a one-seed run, so a run with seeds=1 trains exactly what it always did
+            key = (task.name, to_dict(setting), int(ctx.seed)) + ((index,) if index else ())
+            desc = f"{mixer} {task.name}/{label}" + (f" seed {index + 1}/{cfg.seeds}" if cfg.seeds > 1 else "")
+            run, run_tries = sweep(spec, task.head, train, valid, cfg.grid_points(), cfg.train_settings(),
+                                   torch_seed("init", *key), torch_seed("order", *key), device, desc, ctx.progress)
+            per_seed.append({"seed_index": index, "val_accuracy": run.val_accuracy, "steps": run.steps})
+            tries += [{**t, "seed_index": index} for t in run_tries] if cfg.seeds > 1 else run_tries
+            if best is None or run.val_accuracy > best.val_accuracy:  # ties: the first seed
+                best, chosen = run, index
+            if run.val_accuracy >= cfg.stop_accuracy:  # as the sweep: no later seed can be chosen for more than
+                break  # a tie at the stop threshold, so the remaining seeds are not trained (recorded below)
+        if cfg.seeds > 1:
+            tries.append({"best_of_seeds": per_seed, "chosen_seed_index": chosen, "seeds_trained": len(per_seed),
+                          "selected_by": "validation accuracy (Grazzi et al. pick the best seed by test accuracy)"})
         return train, valid, test, best, tries
 
     def _run_state_setting(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any,
                            ctx: SuiteContext, device: torch.device, extrapolates: bool) -> SettingResult:
-        """A state-tracking setting: trained at its length L, scored at every position and at the last, then at
-        each extrapolation multiple past L (docs/state_tracking.md, "Protocol")."""
+        """A state-tracking setting: trained at its length L (or at lengths ``min_len``..L), scored at every labelled
+        position and at the end of each example, then at each extrapolation multiple past L and on the
+        ``test_lengths`` range (docs/state_tracking.md, "Protocol" and "Grazzi et al.'s protocol")."""
         cfg: SyntheticConfig = self.cfg
         t0 = time.perf_counter()
         label = task.label(setting)
         L = setting.seq_len
+        end_only = cfg.labels == "end"
         factors = cfg.extrapolation if (extrapolates or cfg.extrapolate_all) else ()
+        test_range = cfg.test_range if (extrapolates or cfg.extrapolate_all) else None
         # a mixer without length extrapolation is built for the longest length it is tested at (and trained at L)
-        context = L * max(factors) if factors and not extrapolates else None
-        train, valid, test, best, tries = self._train(mixer, mixer_config, task, setting, ctx, device, context)
+        longest = max([L * f for f in factors] + [test_range[1] if test_range else 0])
+        context = longest if longest > L and not extrapolates else None
+
+        def lengths(data, split: str, low: int, high: int):
+            rng = split_rng(task.name, setting, cfg.data_seed, f"{split}/lengths{low}-{high}")
+            return draw_lengths(rng, len(data), low, high)
+
+        def prepare(data, split: str):
+            if not cfg.min_len and not end_only:
+                return data  # the default protocol: every example at L, every position labelled
+            return mask_lengths(data, lengths(data, split, cfg.min_len, L) if cfg.min_len else None, end_only)
+
+        train, valid, test, best, tries = self._train(mixer, mixer_config, task, setting, ctx, device, context,
+                                                      prepare)
         chance = task.chance(setting)
         hits, mask = position_hits(best.model.predict, test, cfg.eval_batch_size, device)
         scores = window_scores(hits, mask, 0, L)
-        final = window_scores(hits, mask, L - 1, L)
+        final = end_scores(hits, mask)
         ids = item_ids(test.fingerprint(), len(test))
         state = int(best.model.lm.state_size(L))
         prefix = f"{task.name}/{label}"
@@ -325,11 +387,15 @@ class Synthetic(Suite):
             accuracy_metric(f"{prefix}/final_acc", final, ids, chance, cfg.confidence, role="diagnostic"),
             Metric(f"{prefix}/state_floats", float(state), False, unit="floats/sequence"),
         ]
+        if cfg.grazzi:
+            metrics.append(scaled_accuracy_metric(f"{prefix}/final_scaled", final, ids, chance, cfg.confidence))
         curves = {"x1": _curve(hits, mask)}
         extrap: dict[str, Any] = {}
         for factor in factors:
             longer = type(setting)(**{**to_dict(setting), "seq_len": L * factor})
             data = task.split(longer, cfg.data_seed, "test", cfg.test_examples)
+            if end_only:
+                data = mask_lengths(data, None, True)
             ex_hits, ex_mask = position_hits(best.model.predict, data, cfg.eval_batch_size, device)
             ex_ids = item_ids(data.fingerprint(), len(data))
             past = accuracy_metric(f"{prefix}/extrap_x{factor}_acc", window_scores(ex_hits, ex_mask, L, L * factor),
@@ -342,6 +408,19 @@ class Synthetic(Suite):
             extrap[f"x{factor}"] = {"seq_len": data.seq_len, "accuracy_past_L": past.value,
                                     "final_accuracy": last.value,
                                     "state_floats": int(best.model.lm.state_size(data.seq_len))}
+        ranged: dict[str, Any] = {}
+        if test_range:
+            low, high = test_range
+            longer = type(setting)(**{**to_dict(setting), "seq_len": high})
+            data = task.split(longer, cfg.data_seed, "test", cfg.test_examples)
+            data = mask_lengths(data, lengths(data, "test", low, high), True)
+            r_hits, r_mask = position_hits(best.model.predict, data, cfg.eval_batch_size, device)
+            r_ids, r_end = item_ids(data.fingerprint(), len(data)), end_scores(r_hits, r_mask)
+            name = f"{prefix}/len{low}to{high}_final"
+            metrics += [accuracy_metric(f"{name}_acc", r_end, r_ids, chance, cfg.confidence, role="diagnostic"),
+                        scaled_accuracy_metric(f"{name}_scaled", r_end, r_ids, chance, cfg.confidence)]
+            ranged = {"lengths": [low, high], "final_accuracy": r_end.accuracy, "labels": "end",
+                      "test_fingerprint": data.fingerprint()}
         info = {
             "task": task.name, "label": label, "config": to_dict(setting), "source": task.source,
             "train_examples": len(train), "valid_examples": len(valid), "test_examples": len(test),
@@ -351,9 +430,15 @@ class Synthetic(Suite):
             "history": best.history, "test_fingerprint": test.fingerprint(),
             "position_accuracy": curves, "model_context": context or L,
         }
+        if cfg.grazzi or cfg.seeds > 1:
+            info["protocol"] = {"train_lengths": [cfg.min_len or L, L], "labels": cfg.labels,
+                                "test_lengths": list(test_range) if test_range else None, "seeds": cfg.seeds,
+                                "padding": "right, token 0, no target (exact for causal models)"}
+        if ranged:
+            info["test_range"] = ranged
         if extrap:
             info["extrapolation"] = extrap
-        elif cfg.extrapolation:
+        elif cfg.extrapolation or cfg.test_range:
             info["extrapolation_skipped"] = (
                 f"{mixer} declares no length extrapolation: not tested past its trained length {L} "
                 "(extrapolate_all=true builds its model for the longest length and tests it there)")
