@@ -21,9 +21,10 @@ from torch import nn
 
 
 def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_state: torch.Tensor | None,
-            with_state: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+            with_state: bool, neg: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``m`` (a ``mamba_ssm.Mamba``) on ``x`` [batch, T, d_model] from the given states (None: zeros). Returns the
-    output and, when ``with_state``, the new conv and SSM states."""
+    output and, when ``with_state``, the new conv and SSM states; ``neg``: the transition ``2 exp(dt A) - 1``
+    (:func:`mixers.mamba.selective_scan.transition`)."""
     xz = m.in_proj(x.transpose(0, 1)).float()  # [T, batch, 2 D], contiguous
     D = m.d_inner
     u, z = xz.split(D, dim=-1)  # split, not slicing: the backward is one cat, not two zero-filled copies
@@ -41,7 +42,7 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
     dt, B, C = torch.split(m.x_proj(u), [m.dt_rank, m.d_state, m.d_state], dim=-1)
     delta = F.linear(dt, m.dt_proj.weight)  # the scan adds the bias
     out, last = scan(u, delta, m.dt_proj.bias, -torch.exp(m.A_log.float()), B, C, m.D, z, ssm_state,
-                     with_state=with_state)
+                     with_state=with_state, neg=neg)
     # the module, on [batch, T, D] like every other kernel's: unit masks and the interpretability suite's
     # contribution capture hook its input and read the batch and time axes from it
     y = m.out_proj(out.transpose(0, 1).to(x.dtype))
@@ -65,7 +66,7 @@ def _torch_conv_silu(conv: nn.Conv1d, u: torch.Tensor, hist: torch.Tensor | None
     return F.silu(F.conv1d(window, conv.weight, conv.bias, groups=conv.groups)).permute(2, 0, 1)
 
 
-def scan(u, delta, delta_bias, A, B, C, D, z, h0=None, with_state=False):
+def scan(u, delta, delta_bias, A, B, C, D, z, h0=None, with_state=False, neg=False):
     """``(C_t . h_t + D u_t) * silu(z_t)`` [T, batch, D] and, with ``with_state``, the last state [batch, D, N],
     all time-major: ``u``, ``delta`` (before bias and softplus), ``z`` [T, batch, D]; ``delta_bias``, ``D`` [D];
     ``A`` [D, N] (negative); ``B``, ``C`` [T, batch, N]; ``h0`` [batch, D, N] or None (zero). Computes in fp32."""
@@ -76,9 +77,9 @@ def scan(u, delta, delta_bias, A, B, C, D, z, h0=None, with_state=False):
         z = z.float()
         if z.stride(-1) != 1 or z.stride(0) != z.shape[1] * z.stride(1):  # rows of a wider tensor are fine
             z = z.contiguous()
-        out, last = _Scan.apply(u, delta, delta_bias, A, B, C, D, z, h0)
+        out, last = _Scan.apply(u, delta, delta_bias, A, B, C, D, z, h0, neg)
     else:
-        out, last = _torch_scan(u, delta, delta_bias, A, B, C, D, z.float(), h0)
+        out, last = _torch_scan(u, delta, delta_bias, A, B, C, D, z.float(), h0, neg)
     return out, (last if with_state else None)
 
 
@@ -86,11 +87,12 @@ class _Scan(torch.autograd.Function):
     """The compiled scan (:mod:`mixers.mamba.selective_scan_c`): one node, forward and backward in C."""
 
     @staticmethod
-    def forward(ctx, u, delta, delta_bias, A, B, C, D, z, h0):
+    def forward(ctx, u, delta, delta_bias, A, B, C, D, z, h0, neg=False):
         from mixers.mamba import selective_scan_c
 
-        out, last, (checkpoints, y_skip) = selective_scan_c.forward(u, delta, delta_bias, A, B, C, D, z, h0)
+        out, last, (checkpoints, y_skip) = selective_scan_c.forward(u, delta, delta_bias, A, B, C, D, z, h0, neg)
         ctx.save_for_backward(u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip)
+        ctx.neg = neg
         return out, last
 
     @staticmethod
@@ -99,18 +101,21 @@ class _Scan(torch.autograd.Function):
 
         u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip = ctx.saved_tensors
         g_last = d_last.contiguous() if d_last is not None else u.new_zeros(u.shape[1], A.shape[0], A.shape[1])
-        return selective_scan_c.backward(u, delta, delta_bias, A, B, C, D, z, (checkpoints, y_skip),
-                                         d_out.contiguous(), g_last)
+        return (*selective_scan_c.backward(u, delta, delta_bias, A, B, C, D, z, (checkpoints, y_skip),
+                                           d_out.contiguous(), g_last, ctx.neg), None)
 
 
-def _torch_scan(u, delta, delta_bias, A, B, C, D, z, h0):
+def _torch_scan(u, delta, delta_bias, A, B, C, D, z, h0, neg=False):
     """Without a C compiler: :mod:`mixers.mamba.selective_scan`'s recurrence, the rest by autograd."""
-    from mixers.mamba.selective_scan import _Scan as TorchScan
+    from mixers.mamba.selective_scan import _Scan as TorchScan, transition
 
     dt = F.softplus(delta + delta_bias)
-    y, last = TorchScan.apply(u, dt, A, B.unsqueeze(2), C.unsqueeze(2))
-    # that scan starts from zero; by linearity h0 adds C_t . (exp(cumsum(dt) A) h0)
-    decay = torch.exp(dt.cumsum(0).unsqueeze(-1) * A)  # [T, batch, D, N]
+    y, last = TorchScan.apply(u, dt, A, B.unsqueeze(2), C.unsqueeze(2), neg)
+    # that scan starts from zero; by linearity h0 adds C_t . (prod_{s<=t} a_s) h0, a_s the transition
+    if neg:
+        decay = torch.cumprod(transition(dt.unsqueeze(-1) * A, True), 0)  # [T, batch, D, N]
+    else:
+        decay = torch.exp(dt.cumsum(0).unsqueeze(-1) * A)
     y = y + torch.einsum("tbdn,bdn,tbn->tbd", decay, h0, C)
     last = last + decay[-1] * h0
     return (y + u * D) * F.silu(z), last

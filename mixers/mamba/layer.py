@@ -46,7 +46,7 @@ from harness.values import option
 from mixers.mamba import mamba_routing, fused_cpu
 from mixers.common import routing
 from mixers.common.routed_mixer import RoutedMixer
-from mixers.mamba.selective_scan import CHECKPOINT
+from mixers.mamba.selective_scan import CHECKPOINT, selective_scan_cpu, selective_scan_loop, transition
 
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
 
@@ -59,6 +59,9 @@ class MambaConfig:
     d_conv: int = option(4, "width of the causal conv before the SSM", min=1)
     expand: int = option(2, "inner width = expand * d_model", min=1)
     dt_rank: int = option(0, min=0)  # 0 = the package's "auto": ceil(d_model / 16)
+    allow_neg_eigval: bool = option(
+        False, "transition 2 exp(dt A) - 1 in (-1, 1), not exp(dt A) in (0, 1) (Grazzi et al. 2025); no CUDA kernel"
+    )
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,24 @@ class _MambaBase(RoutedMixer):
         self._install_unit_mask()
 
     def default_kernel(self, device: torch.device) -> str:
-        if device.type == "cuda" and self.cuda_kernels_installed():
+        if device.type == "cuda" and self.cuda_kernels_installed() and not self._neg:
             return "cuda"
         return self.portable_kernels[-1]  # the fastest portable kernel
 
     def output_projection(self) -> nn.Linear:
         return self.mamba.out_proj
+
+    @property
+    def _neg(self) -> bool:
+        return bool(getattr(self.cfg, "allow_neg_eigval", False))
+
+    def set_kernel(self, kernel: str) -> None:
+        if self._neg and kernel in self.cuda_kernels:
+            raise ConfigError(
+                f"{self.name}: allow_neg_eigval=true has no CUDA kernel (mamba-ssm's compiled scan computes "
+                f"exp(dt A) only); choose one of {', '.join(self.portable_kernels)}, which also run on a GPU."
+            )
+        super().set_kernel(kernel)
 
     def forward(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None = None):
         self._check_device(x)
@@ -120,6 +135,8 @@ class _MambaBase(RoutedMixer):
     def step(self, x_t: torch.Tensor, state: dict[str, torch.Tensor]):
         self._check_device(x_t)
         conv, ssm = state["conv"].clone(), state["ssm"].clone()  # the package updates them in place
+        if self._neg:
+            return self._step_neg(x_t, conv, ssm)
         with routing.selected(self.kernel):
             y, conv, ssm = self.mamba.step(x_t.unsqueeze(1), conv, ssm)
         state = {"conv": conv, "ssm": ssm}
@@ -195,18 +212,21 @@ class MambaMixer(_MambaBase):
         return FlopCount.training(products + E * (8 * N + 6))
 
     def _own_forward(self) -> bool:
-        return self.kernel == "fused"
+        return self.kernel == "fused" or self._neg
 
     def _continue(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None):
         from mamba_ssm.modules import mamba_simple
 
+        neg = self._neg
         if self.kernel == "fused":
             conv, ssm = (None, None) if state is None else (state["conv"], state["ssm"])
-            y, conv, ssm = fused_cpu.forward(self.mamba, x, conv, ssm, with_state=state is not None)
+            y, conv, ssm = fused_cpu.forward(self.mamba, x, conv, ssm, with_state=state is not None, neg=neg)
             if state is None:
                 return y, None
             return y, {"conv": conv.to(state["conv"].dtype), "ssm": ssm.to(state["ssm"].dtype)}
         m = self.mamba
+        if state is None:  # allow_neg_eigval: the package's forward cannot take the option, so this path serves
+            state = self.init_state(x.shape[0], x.device, x.dtype)
         u, z = m.in_proj(x).transpose(1, 2).chunk(2, dim=1)  # (batch, d_inner, T) each
         u, conv_state = self._conv_with_history(u, state["conv"])
         dt, B, C = torch.split(m.x_proj(u.transpose(1, 2)), [m.dt_rank, m.d_state, m.d_state], dim=-1)
@@ -214,22 +234,53 @@ class MambaMixer(_MambaBase):
         B, C = B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous()
         A = -torch.exp(m.A_log.float())
         bias = m.dt_proj.bias.float()
-        y, last = mamba_simple.selective_scan_fn(
-            u, dt, A, B, C, m.D.float(), z=None, delta_bias=bias, delta_softplus=True, return_last_state=True
-        )
-        # The scan starts from zero. By linearity the carried state h0 adds C_t . (exp(A * sum_{s<=t} dt_s) h0).
         h0 = state["ssm"].float()
-        decay = torch.exp(A[None, :, :, None] * F.softplus(dt.float() + bias[:, None]).cumsum(-1)[:, :, None, :])
+        if neg and self.kernel == "reference":  # the definition, step by step from h0
+            y, last = selective_scan_loop(u, dt, A, B, C, m.D, z, bias, h0, neg=True)
+            return m.out_proj(y.to(x.dtype).transpose(1, 2)), {"conv": conv_state,
+                                                              "ssm": last.to(state["ssm"].dtype)}
+        if neg:
+            y, last = selective_scan_cpu(u, dt, A, B, C, m.D.float(), z=None, delta_bias=bias, delta_softplus=True,
+                                         return_last_state=True, neg=True)
+        else:
+            y, last = mamba_simple.selective_scan_fn(
+                u, dt, A, B, C, m.D.float(), z=None, delta_bias=bias, delta_softplus=True, return_last_state=True
+            )
+        # The scan starts from zero. By linearity the carried state h0 adds C_t . (prod_{s<=t} a_s h0), a_s the
+        # transition: exp(A * sum_{s<=t} dt_s), or the running product of 2 exp(A dt_s) - 1 with allow_neg_eigval
+        steps = F.softplus(dt.float() + bias[:, None])
+        if neg:
+            decay = torch.cumprod(transition(A[None, :, :, None] * steps[:, :, None, :], True), -1)
+        else:
+            decay = torch.exp(A[None, :, :, None] * steps.cumsum(-1)[:, :, None, :])
         y = y + torch.einsum("bdnt,bdn,bnt->bdt", decay, h0, C.float()).to(y.dtype)
         last = last + decay[..., -1] * h0
         y = y * F.silu(z)
         out = m.out_proj(y.transpose(1, 2))
         return out, {"conv": conv_state, "ssm": last.to(state["ssm"].dtype)}
 
+    def _step_neg(self, x_t: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor):
+        """One decode step with the transition ``2 exp(dt A) - 1`` (the package's ``step`` computes ``exp(dt A)``):
+        its torch step otherwise, on copies of the caller's state."""
+        m = self.mamba
+        u, z = m.in_proj(x_t).chunk(2, dim=-1)  # (batch, d_inner)
+        conv = torch.cat([conv[..., 1:], u.unsqueeze(-1).to(conv.dtype)], dim=-1)
+        w = m.conv1d.weight.squeeze(1)
+        u = F.silu((conv.to(w.dtype) * w).sum(-1) + (m.conv1d.bias if m.conv1d.bias is not None else 0))
+        dt, B, C = torch.split(m.x_proj(u), [m.dt_rank, m.d_state, m.d_state], dim=-1)
+        dt = F.softplus(F.linear(dt, m.dt_proj.weight).float() + m.dt_proj.bias.float())
+        a = transition(dt[..., None] * -torch.exp(m.A_log.float()), True)
+        h = a * ssm.float() + (dt * u.float())[..., None] * B.float()[:, None, :]
+        y = (h * C.float()[:, None, :]).sum(-1) + m.D.float() * u.float()
+        y = (y * F.silu(z.float())).to(x_t.dtype)
+        state = {"conv": conv, "ssm": h.to(ssm.dtype)}
+        self._record(state)
+        return m.out_proj(y), state
+
     def units(self) -> list[Unit]:
         m = self.mamba
         dt = F.softplus(m.dt_proj.bias.detach().float())  # step size at zero input
-        decay = torch.exp(-torch.exp(m.A_log.detach().float()) * dt[:, None]).mean(-1)
+        decay = transition(-torch.exp(m.A_log.detach().float()) * dt[:, None], self._neg).mean(-1)
         return [_unit(self.layer_idx, c, "channel", dt[c].item(), decay[c].item()) for c in range(m.d_inner)]
 
     def _unit_width(self) -> int:

@@ -47,19 +47,27 @@ class _Scan(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C):
+    def forward(ctx, u, delta, A, B, C, neg=False):
         with _one_intra_op_thread():
-            y, last, checkpoints = _forward(u, delta, A, B, C)
+            y, last, checkpoints = _forward(u, delta, A, B, C, neg)
         ctx.save_for_backward(u, delta, A, B, C, checkpoints)
+        ctx.neg = neg
         return y, last
 
     @staticmethod
     def backward(ctx, d_y, d_last):
         with _one_intra_op_thread():
-            return _backward(*ctx.saved_tensors, d_y, d_last)
+            return (*_backward(*ctx.saved_tensors, d_y, d_last, ctx.neg), None)
 
 
-def _forward(u, delta, A, B, C):
+def transition(log_decay: torch.Tensor, neg: bool) -> torch.Tensor:
+    """The state's diagonal transition from ``delta A``: ``exp(delta A)`` in (0, 1), or with ``neg`` Grazzi et al.'s
+    ``2 exp(delta A) - 1`` in (-1, 1) (the mamba mixer's ``allow_neg_eigval``; docs/state_tracking.md)."""
+    a = torch.exp(log_decay)
+    return 2.0 * a - 1.0 if neg else a
+
+
+def _forward(u, delta, A, B, C, neg=False):
     """y, the last state, and the state before every CHECKPOINT-th step."""
     T = u.shape[0]
     drive = (delta * u).unsqueeze(-1)
@@ -69,12 +77,12 @@ def _forward(u, delta, A, B, C):
     for t in range(T):
         if t % CHECKPOINT == 0:
             checkpoints[t // CHECKPOINT] = h  # the state before step t
-        h = torch.addcmul(drive[t] * _at(B, t), torch.exp(delta[t].unsqueeze(-1) * A), h)
+        h = torch.addcmul(drive[t] * _at(B, t), transition(delta[t].unsqueeze(-1) * A, neg), h)
         _contract_n(h, _at(C, t), out=y[t])
     return y, h, checkpoints
 
 
-def _backward(u, delta, A, B, C, checkpoints, d_y, d_last):
+def _backward(u, delta, A, B, C, checkpoints, d_y, d_last, neg=False):
     """Gradients of u, delta, A, B, C, one checkpointed segment at a time from the last."""
     T = u.shape[0]
     drive = delta * u
@@ -88,7 +96,7 @@ def _backward(u, delta, A, B, C, checkpoints, d_y, d_last):
         start, stop = c * CHECKPOINT, min(T, (c + 1) * CHECKPOINT)
         h = checkpoints[c]
         for t in range(start, stop):  # recompute the segment's decays and states
-            torch.exp(delta[t].unsqueeze(-1) * A, out=decays[t - start])
+            decays[t - start] = transition(delta[t].unsqueeze(-1) * A, neg)
             h = torch.addcmul(drive[t].unsqueeze(-1) * _at(B, t), decays[t - start], h, out=states[t - start])
         for t in range(stop - 1, start - 1, -1):
             i = t - start
@@ -99,7 +107,7 @@ def _backward(u, delta, A, B, C, checkpoints, d_y, d_last):
             if t == 0:
                 break
             d_log_decay = g * (states[i - 1] if i > 0 else checkpoints[c])  # dL/d(delta_t A)
-            d_log_decay *= decays[i]
+            d_log_decay *= decays[i] + 1.0 if neg else decays[i]  # d transition / d(delta A)
             torch.sum(d_log_decay * A, -1, out=d_delta[t])
             d_A += (d_log_decay * delta[t].unsqueeze(-1)).sum(0)
             g = g * decays[i]
@@ -159,9 +167,10 @@ def selective_scan_cpu(
     delta_bias: torch.Tensor | None = None,
     delta_softplus: bool = False,
     return_last_state: bool = False,
+    neg: bool = False,
 ):
     """Shapes as ``selective_scan_ref``: u, delta, z (batch, D, T); A (D, N); B, C (D, N), (batch, N, T) or
-    (batch, G, N, T); D and delta_bias (D,). Returns ``out`` (batch, D, T) and, if asked, the last state
+    (batch, G, N, T); D and delta_bias (D,); ``neg``: the transition ``2 exp(delta A) - 1`` (:func:`transition`). Returns ``out`` (batch, D, T) and, if asked, the last state
     (batch, D, N)."""
     if A.is_complex():
         raise NotImplementedError("selective_scan_cpu handles real A only; use selective_scan_ref for complex A.")
@@ -175,7 +184,7 @@ def selective_scan_cpu(
     dim = A.shape[0]
     y, last = _Scan.apply(
         u.permute(2, 0, 1).contiguous(), delta.permute(2, 0, 1).contiguous(), A.float(),
-        _time_major(B, dim), _time_major(C, dim),
+        _time_major(B, dim), _time_major(C, dim), neg,
     )
     out = y.permute(1, 2, 0)
     if D is not None:
@@ -184,3 +193,19 @@ def selective_scan_cpu(
         out = out * F.silu(z)
     out = out.to(dtype_in)
     return (out, last) if return_last_state else out
+
+
+def selective_scan_loop(u, delta, A, B, C, D, z, delta_bias, h0=None, neg: bool = False):
+    """The scan written as its definition, one step per iteration with autograd throughout (``selective_scan_ref``'s
+    maths with an initial state and :func:`transition`): the mamba mixer's ``reference`` kernel where the package's
+    reference cannot serve (``allow_neg_eigval``). u, delta, z (batch, D, T); A (D, N); B, C (batch, N, T); D and
+    delta_bias (D,); h0 (batch, D, N) or None. Returns ``out`` (batch, D, T) and the last state."""
+    u, delta = u.float(), F.softplus(delta.float() + delta_bias.float()[:, None])
+    h = u.new_zeros(u.shape[0], A.shape[0], A.shape[1]) if h0 is None else h0.float()
+    ys = []
+    for t in range(u.shape[-1]):
+        a = transition(delta[:, :, t, None] * A.float(), neg)
+        h = a * h + (delta[:, :, t] * u[:, :, t])[..., None] * B[:, None, :, t].float()
+        ys.append((h * C[:, None, :, t].float()).sum(-1))
+    out = (torch.stack(ys, -1) + u * D.float()[:, None]) * F.silu(z.float())
+    return out, h

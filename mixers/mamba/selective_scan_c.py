@@ -14,7 +14,8 @@ OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`harness.model.compile
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
 
 Forward, per sequence b and channel d, states n, with ``dt = softplus(delta + bias)``: ``h = exp(dt A) h +
-dt u B_t; out_t = (C_t . h + D u) * silu(z)``, keeping the state before every :data:`SEGMENT`-th step. Backward
+dt u B_t; out_t = (C_t . h + D u) * silu(z)`` (with ``neg``, Grazzi et al.'s transition ``2 exp(dt A) - 1`` in
+(-1, 1) in place of ``exp(dt A)``: the mamba mixer's ``allow_neg_eigval``), keeping the state before every :data:`SEGMENT`-th step. Backward
 walks segments from the last: it recomputes a segment's states from its checkpoint, then runs the adjoint
 ``g = C_t dy_t + exp(dt_{t+1} A) g`` backwards through it, with every elementwise part (softplus, skip, gate)
 differentiated in the same loop, accumulating the gradients of every input and of the initial state.
@@ -54,7 +55,7 @@ static void store_state(float *restrict dst, const float *restrict h, int D, int
         for (int n = 0; n < N; n++) dst[(long)(d0 + i) * N + n] = h[(long)n * W + i];
 }
 
-void scan_forward(int T, int Bt, int D, int N, int seg, int ldz,
+void scan_forward(int T, int Bt, int D, int N, int seg, int ldz, int neg,
                   const float *restrict u, const float *restrict delta, const float *restrict bias,
                   const float *restrict AT, const float *restrict Bm, const float *restrict Cm,
                   const float *restrict Dv, const float *restrict z, const float *restrict h0,
@@ -84,7 +85,9 @@ void scan_forward(int T, int Bt, int D, int N, int seg, int ldz,
                 const float *An = AT + (long)n * D + d0;
                 float *hn = h + (long)n * W, bn = Bt_[n], cn = Ct_[n];
                 for (int i = 0; i < W; i++) {
-                    float v = expf(dt[i] * An[i]) * hn[i] + x[i] * bn;
+                    float a = expf(dt[i] * An[i]);
+                    if (neg) a = 2.f * a - 1.f;  /* Grazzi et al.: the transition in (-1, 1) */
+                    float v = a * hn[i] + x[i] * bn;
                     hn[i] = v;
                     y[i] += cn * v;
                 }
@@ -104,7 +107,7 @@ void scan_forward(int T, int Bt, int D, int N, int seg, int ldz,
 /* Gradients. d_out: [T, Bt, D]; g_last: [Bt, D, N] (dL/d h_last). Written: d_u, d_delta, d_z [T, Bt, D],
    d_h0 [Bt, D, N]. Accumulated (the caller zeroes them; dB, dC one buffer per channel block): dAT_part [Bt, N, D],
    dD_part [Bt, D], dB, dC [T, Bt, N]. */
-void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
+void scan_backward(int T, int Bt, int D, int N, int seg, int ldz, int neg,
                    const float *restrict u, const float *restrict delta, const float *restrict bias,
                    const float *restrict AT, const float *restrict Bm, const float *restrict Cm,
                    const float *restrict Dv, const float *restrict z, const float *restrict ck,
@@ -145,6 +148,7 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
                     float bn = Bt_[n];
                     for (int i = 0; i < W; i++) {
                         float a = expf(dt[i] * An[i]);
+                        if (neg) a = 2.f * a - 1.f;
                         de[o + i] = a;
                         hn[o + i] = a * hp[o + i] + x[i] * bn;
                     }
@@ -175,7 +179,8 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
                         sum_c += dy[i] * hn[o + i];
                         ax[i] += gv * bn;
                         sum_b += gv * x[i];
-                        float dlog = gv * de[o + i] * hp[o + i];  /* dL/d(dt A) */
+                        /* dL/d(dt A): the transition's derivative is exp(dt A) = a, or 2 exp(dt A) = a + 1 */
+                        float dlog = gv * (neg ? de[o + i] + 1.f : de[o + i]) * hp[o + i];
                         adt[i] += dlog * An[i];
                         dAn[i] += dlog * dt[i];
                         gn[i] = gv * de[o + i];                 /* carried to step t - 1 */
@@ -206,7 +211,7 @@ void scan_backward(int T, int Bt, int D, int N, int seg, int ldz,
 #define FLUSH_BEGIN
 #define FLUSH_END
 #endif
-void scan_forward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const float *u, const float *delta,
+void scan_forward_blocks(int T, int Bt, int D, int N, int seg, int ldz, int neg, const float *u, const float *delta,
                          const float *bias, const float *AT, const float *Bm, const float *Cm, const float *Dv,
                          const float *z, const float *h0, float *out, float *y_skip, float *h_last, float *ck,
                          int nblk, const int *blk) {
@@ -215,12 +220,12 @@ void scan_forward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const fl
         FLUSH_BEGIN
         #pragma omp for schedule(static, 1)
         for (int i = 0; i < nblk; i++)
-            scan_forward(T, Bt, D, N, seg, ldz, u, delta, bias, AT, Bm, Cm, Dv, z, h0, out, y_skip, h_last, ck,
+            scan_forward(T, Bt, D, N, seg, ldz, neg, u, delta, bias, AT, Bm, Cm, Dv, z, h0, out, y_skip, h_last, ck,
                          blk[4 * i], blk[4 * i + 1], blk[4 * i + 2], blk[4 * i + 3]);
         FLUSH_END
     }
 }
-void scan_backward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const float *u, const float *delta,
+void scan_backward_blocks(int T, int Bt, int D, int N, int seg, int ldz, int neg, const float *u, const float *delta,
                           const float *bias, const float *AT, const float *Bm, const float *Cm, const float *Dv,
                           const float *z, const float *ck, const float *y_skip, const float *d_out,
                           const float *g_last, float *d_u, float *d_delta, float *d_z, float *dAT_part,
@@ -230,7 +235,7 @@ void scan_backward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const f
         FLUSH_BEGIN
         #pragma omp for schedule(static, 1)
         for (int i = 0; i < nblk; i++)
-            scan_backward(T, Bt, D, N, seg, ldz, u, delta, bias, AT, Bm, Cm, Dv, z, ck, y_skip, d_out, g_last,
+            scan_backward(T, Bt, D, N, seg, ldz, neg, u, delta, bias, AT, Bm, Cm, Dv, z, ck, y_skip, d_out, g_last,
                           d_u, d_delta, d_z, dAT_part, dD_part, dB + i * nbc, dC + i * nbc, d_h0,
                           blk[4 * i], blk[4 * i + 1], blk[4 * i + 2], blk[4 * i + 3]);
         FLUSH_END
@@ -241,8 +246,8 @@ void scan_backward_blocks(int T, int Bt, int D, int N, int seg, int ldz, const f
 def _signatures() -> dict[str, list]:
     i, p, q = ctypes.c_int, ctypes.c_void_p, ctypes.c_long
     return {
-        "scan_forward_blocks": [i] * 6 + [p] * 13 + [i, p],
-        "scan_backward_blocks": [i] * 6 + [p] * 20 + [q, i, p],
+        "scan_forward_blocks": [i] * 7 + [p] * 13 + [i, p],
+        "scan_backward_blocks": [i] * 7 + [p] * 20 + [q, i, p],
     }
 
 
@@ -278,7 +283,7 @@ def _work_split(Bt: int, D: int) -> list[tuple[int, int, int, int]]:
     return [(0, Bt, d, min(d + per, D)) for d in range(0, D, per)]
 
 
-def forward(u, delta, bias, A, B, C, Dv, z, h0):
+def forward(u, delta, bias, A, B, C, Dv, z, h0, neg: bool = False):
     """``out = (C . h + Dv u) * silu(z)`` [T, Bt, D], the last state [Bt, D, N] and what the backward needs (the
     checkpoints and ``C . h + Dv u``), with
     ``dt = softplus(delta + bias)``; every input float32, contiguous, time-major (``z`` may be the first columns
@@ -291,13 +296,13 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0):
     ck = u.new_empty(-(-T // SEGMENT), Bt, N, D)
     AT = A.t().contiguous()
     z_ptr, ldz = _rows(z)
-    args = (T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C),
+    args = (T, Bt, D, N, SEGMENT, ldz, int(neg), pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C),
             pointer(Dv), z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
     lib.scan_forward_blocks(*args, *blocks(_work_split(Bt, D)))
     return out, h_last, (ck, y_skip)
 
 
-def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
+def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last, neg: bool = False):
     """Gradients of u, delta, bias, A, B, C, Dv, z and the initial state; ``saved`` is what :func:`forward`
     returned third (the checkpoints and the ungated outputs)."""
     ck, y_skip = saved
@@ -314,7 +319,7 @@ def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last):
     dB = B.new_zeros(len(split), *B.shape)
     dC = C.new_zeros(len(split), *C.shape)
     z_ptr, ldz = _rows(z)
-    lib.scan_backward_blocks(T, Bt, D, N, SEGMENT, ldz, pointer(u), pointer(delta), pointer(bias), pointer(AT),
+    lib.scan_backward_blocks(T, Bt, D, N, SEGMENT, ldz, int(neg), pointer(u), pointer(delta), pointer(bias), pointer(AT),
                              pointer(B), pointer(C), pointer(Dv), z_ptr, pointer(ck), pointer(y_skip), pointer(d_out),
                              pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z), pointer(dAT_part),
                              pointer(dD_part), pointer(dB), pointer(dC), pointer(d_h0), B.numel(), *blocks(split))
