@@ -264,3 +264,103 @@ def test_parity_machinery_on_cpu():
 def test_cuda_matches_cpu_reference(name, mode):
     result = parity.compare(name, mode)
     assert result.passed, result
+
+
+# ---------------------------------------------------------------- allow_neg_eigval (Grazzi et al. 2025)
+def _naive_neg_scan(u, delta, A, B, C, D, z, delta_bias, h0):
+    """Grazzi et al.'s Mamba written out with Python scalars per (sequence, channel, state): a_t = 2 exp(dt A) - 1,
+    h_t = a_t h_{t-1} + dt u_t B_t, y_t = (C_t . h_t + D u_t) silu(z_t), dt = softplus(delta + bias)."""
+    batch, dim, T = u.shape
+    n = A.shape[1]
+    out = torch.zeros(batch, dim, T, dtype=torch.float64)
+    last = torch.zeros(batch, dim, n, dtype=torch.float64)
+    for b in range(batch):
+        for d in range(dim):
+            h = [float(h0[b, d, k]) for k in range(n)]
+            for t in range(T):
+                dt = math.log1p(math.exp(float(delta[b, d, t] + delta_bias[d])))
+                y = 0.0
+                for k in range(n):
+                    h[k] = (2 * math.exp(dt * float(A[d, k])) - 1) * h[k] + dt * float(u[b, d, t] * B[b, k, t])
+                    y += float(C[b, k, t]) * h[k]
+                zv = float(z[b, d, t])
+                out[b, d, t] = (y + float(D[d] * u[b, d, t])) * zv / (1 + math.exp(-zv))
+            last[b, d] = torch.tensor(h, dtype=torch.float64)
+    return out, last
+
+
+def test_negative_eigenvalue_scans_equal_a_naive_loop():
+    """The compiled scan (kernel fused), the PyTorch scan (cpu-scan) and the step-by-step reference, with
+    allow_neg_eigval's transition, against scalar arithmetic from a non-zero state; gradients of the fast scans
+    against autograd through the reference. Step sizes ~1 and |A| up to 5 put transitions below zero."""
+    from mixers.mamba import fused_cpu
+    from mixers.mamba.selective_scan import selective_scan_loop, transition
+
+    x = scan_inputs(batch=2, dim=4, n=3, length=24)
+    h0 = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(2)).requires_grad_(True)
+    args = (x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"])
+    want, want_last = _naive_neg_scan(*(a.detach() for a in args), h0.detach())
+    steps = torch.nn.functional.softplus(x["delta"] + x["delta_bias"][:, None]).detach()
+    assert (transition(steps[:, :, :, None] * x["A"].detach()[None, :, None], True) < 0).float().mean() > 0.2
+    ref, ref_last = selective_scan_loop(*args, h0, neg=True)
+    assert rel(ref.double(), want) <= 1e-5 and rel(ref_last.double(), want_last) <= 1e-5
+    grads = {}
+    for name in ("ref", "cpu", "fused"):
+        for t in [*x.values(), h0]:
+            t.grad = None
+        if name == "ref":
+            out, last = selective_scan_loop(*args, h0, neg=True)
+        elif name == "cpu":  # starts from zero: h0's response is the layer's closed form, checked below
+            out, last = selective_scan_cpu(*args[:5], x["D"], z=x["z"], delta_bias=x["delta_bias"],
+                                           delta_softplus=True, return_last_state=True, neg=True)
+        else:
+            tm = lambda t: t.permute(2, 0, 1).contiguous()  # noqa: E731  time-major
+            out, last = fused_cpu.scan(tm(x["u"]), tm(x["delta"]), x["delta_bias"], x["A"], tm(x["B"]), tm(x["C"]),
+                                       x["D"], tm(x["z"]), h0, with_state=True, neg=True)
+            out = out.permute(1, 2, 0)
+        (out.sin().sum() + last.square().sum()).backward()
+        grads[name] = (out.detach(), last.detach(), {k: t.grad.clone() for k, t in x.items()})
+    assert rel(grads["fused"][0].double(), want) <= 1e-5 and rel(grads["fused"][1].double(), want_last) <= 1e-5
+    zero, zero_last = _naive_neg_scan(*(a.detach() for a in args), torch.zeros(2, 4, 3))
+    assert rel(grads["cpu"][0].double(), zero) <= 1e-5 and rel(grads["cpu"][1].double(), zero_last) <= 1e-5
+    for k in x:
+        assert rel(grads["fused"][2][k], grads["ref"][2][k]) <= 1e-4, k
+    # the cpu scan from zero: compare with the reference from zero
+    for t in x.values():
+        t.grad = None
+    out, last = selective_scan_loop(*args, None, neg=True)
+    (out.sin().sum() + last.square().sum()).backward()
+    for k in x:
+        assert rel(grads["cpu"][2][k], x[k].grad) <= 1e-4, k
+
+
+def test_negative_eigenvalue_mamba_decodes_as_it_prefills_and_passes_the_gate():
+    """Every portable kernel: prefill from a non-zero state and decode steps equal one forward; the kernels agree;
+    the conformance gate (decode equals prefill among its checks) passes; CUDA refuses the option."""
+    layer = make("mamba", allow_neg_eigval=True)
+    x = torch.randn(2, 30, 32)
+    outs = {}
+    for kernel in layer.kernels:
+        layer.set_kernel(kernel)
+        with torch.no_grad():
+            full, _ = layer(x)
+            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
+            y_mid, state = layer(x[:, 11:20], state)
+            steps = []
+            for t in range(20, 30):
+                y_t, state = layer.step(x[:, t], state)
+                steps.append(y_t)
+        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
+        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
+        outs[kernel] = full
+    assert all(rel(v, outs["reference"]) <= 1e-5 for v in outs.values())
+    plain = make("mamba")
+    plain.load_state_dict(layer.state_dict())
+    with torch.no_grad():
+        assert rel(plain(x)[0], outs["reference"]) > 1e-3  # the option changes the layer: its transitions are
+    for mine, theirs in zip(layer.units(), plain.units()):  # 2 a - 1 of the plain layer's a (the mean over N)
+        assert mine.attrs["decay"] == pytest.approx(2 * theirs.attrs["decay"] - 1, abs=1e-6)
+    with pytest.raises(ConfigError, match="allow_neg_eigval"):
+        layer.set_kernel("cuda")
+    report = run_checks("mamba", mixer_config={"allow_neg_eigval": True})
+    assert report.passed, report.render()

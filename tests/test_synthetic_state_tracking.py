@@ -186,6 +186,7 @@ def test_a_state_tracking_task_runs_through_the_suite_for_deltanet_none_and_atte
     assert d[f"{p}/extrap_x4_acc"].items.ids != acc.items.ids  # the longer test split has its own examples
     setting = d_info["settings"][0]
     assert [len(setting["position_accuracy"][k]) for k in ("x1", "x2", "x4")] == [8, 16, 32]
+    assert not any("scaled" in k or "len" in k.split("/")[-1] for k in d) and "protocol" not in setting  # defaults
     assert setting["extrapolation"]["x4"]["seq_len"] == 32 and setting["model_context"] == 8
     # attention declares no length extrapolation: not scored past L unless asked, then built for 4L
     a, a_info = _run("attention", tmp_path, n_layers=1, extrapolation="2")
@@ -245,3 +246,81 @@ def test_sizes_past_their_bounds_are_refused_in_one_sentence(tmp_path, capsys):
     with pytest.raises(ConfigError, match="test_examples must be at most"):
         SyntheticConfig(tasks="parity", test_examples=10**8)
     assert ModAddConfig(modulus=1024).group_size == 1024  # the bound itself is allowed, its size not listed
+
+
+# ------------------------------------------------------------------------------- Grazzi et al.'s protocol options
+
+def test_scaled_accuracy_is_the_wilson_interval_mapped_by_hand():
+    """30 of 40 at chance 1/2: accuracy 0.75, scaled 0.5; Wilson's bounds from its formula, mapped by (a - c)/(1 - c).
+    At chance 1/6 (S3) the same counts give (0.75 - 1/6) / (5/6) = 0.7."""
+    from suites.synthetic.scoring import ExampleScores, scaled_accuracy_metric
+
+    scores = ExampleScores(np.array([1] * 30 + [0] * 10), np.ones(40, dtype=np.int64))
+    z, n, p = 1.959963984540054, 40, 0.75
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    for chance, value in ((0.5, 0.5), (1 / 6, 0.7)):
+        m = scaled_accuracy_metric("t", scores, [str(i) for i in range(40)], chance, 0.95)
+        assert m.value == pytest.approx(value)
+        assert m.interval.low == pytest.approx((centre - half - chance) / (1 - chance), abs=1e-9)
+        assert m.interval.high == pytest.approx((centre + half - chance) / (1 - chance), abs=1e-9)
+        assert m.chance == 0.0 and m.perfect == 1.0 and m.interval.kind == "wilson"
+        assert sum(v * w for v, w in zip(m.items.values, m.items.weights)) / 40 == pytest.approx(value)
+
+
+def test_variable_lengths_are_masked_so_a_padded_batch_scores_what_each_example_scores_alone():
+    """Lengths 3..12 per example, right-padded and labelled at the end: a (random, causal) deltanet model's
+    predictions at each example's end in one padded batch equal a loop over the unpadded examples, one at a time."""
+    from harness.config import BackboneConfig, ModelSpec
+    from suites.synthetic.scoring import end_scores
+    from suites.synthetic.state_tracking import ParityConfig, draw_lengths, generate_word_problem, mask_lengths
+    from suites.synthetic.train import build_task_model
+
+    cfg = ParityConfig(seq_len=12, num_train_examples=1)
+    data = generate_word_problem(cfg, 10, np.random.default_rng(0), False)
+    lengths = draw_lengths(np.random.default_rng(1), 10, 3, 12)
+    assert lengths.min() >= 3 and lengths.max() <= 12 and len(set(lengths)) > 3
+    end, every = mask_lengths(data, lengths, True), mask_lengths(data, lengths, False)
+    for i, n in enumerate(lengths):
+        assert (end.targets[i] >= 0).sum() == 1 and end.targets[i, n - 1] == data.targets[i, n - 1]
+        assert (every.targets[i, :n] == data.targets[i, :n]).all() and (every.targets[i, n:] < 0).all()
+        assert (end.inputs[i, n:] == 0).all() and (end.inputs[i, :n] == data.inputs[i, :n]).all()
+    model = build_task_model(ModelSpec("deltanet", {}, BackboneConfig(16, 1, 12, 2)), "lm", 0, torch.device("cpu"))
+    logits = model.lm.norm(model.lm.hidden_states(torch.from_numpy(end.inputs))[-1]) @ model.lm.embed.weight.T
+    hits, mask = position_hits(model.predict, end, 4, "cpu")
+    padded = end_scores(hits, mask)
+    for i, n in enumerate(lengths):
+        alone = torch.from_numpy(data.inputs[i:i + 1, :n])
+        h = model.lm.norm(model.lm.hidden_states(alone)[-1]) @ model.lm.embed.weight.T
+        assert torch.allclose(h[0, -1], logits[i, n - 1], atol=1e-5)
+        assert padded.correct[i] == int(h[0, -1].argmax() == int(data.targets[i, n - 1]))
+    assert (padded.total == 1).all()
+    # with full lengths and every position labelled, the end is the last position (the default final_acc)
+    full_hits = np.random.default_rng(2).random((6, 9)) > 0.5
+    full = end_scores(full_hits, np.ones((6, 9), dtype=bool))
+    assert (full.correct == window_scores(full_hits, np.ones((6, 9), dtype=bool), 8, 9).correct).all()
+
+
+def test_the_protocol_options_run_through_the_suite_and_are_recorded(tmp_path):
+    """Train on lengths 3-8 labelled at the end, test on 8-20, best of 2 seeds: one target per example at the end,
+    the scaled metrics, the test range's model context for attention, the protocol and the seeds in info."""
+    opts = {"min_len": 3, "labels": "end", "test_lengths": "8-20", "seeds": 2, "extrapolation": ""}
+    d, info = _run("deltanet", tmp_path, {"allow_neg_eigval": True}, **opts)
+    p = "parity/seq8_train64"
+    assert d[f"{p}/acc"].n == 24 and d[f"{p}/final_acc"].n == 24 and d[f"{p}/acc"].value == d[f"{p}/final_acc"].value
+    scaled = d[f"{p}/final_scaled"]
+    assert scaled.value == pytest.approx(2 * d[f"{p}/final_acc"].value - 1)
+    assert d[f"{p}/len8to20_final_acc"].n == 24 and f"{p}/len8to20_final_scaled" in d
+    setting = info["settings"][0]
+    assert setting["protocol"] == {"train_lengths": [3, 8], "labels": "end", "test_lengths": [8, 20], "seeds": 2,
+                                   "padding": "right, token 0, no target (exact for causal models)"}
+    seeds = setting["tries"][-1]
+    assert [s["seed_index"] for s in seeds["best_of_seeds"]] == [0, 1] and "validation" in seeds["selected_by"]
+    chosen = seeds["best_of_seeds"][seeds["chosen_seed_index"]]["val_accuracy"]
+    assert chosen == max(s["val_accuracy"] for s in seeds["best_of_seeds"]) == setting["chosen"]["val_accuracy"]
+    _, a_info = _run("attention", tmp_path / "a", **{**opts, "seeds": 1}, extrapolate_all=True)
+    assert a_info["settings"][0]["model_context"] == 20
+    for bad in ({"min_len": 1}, {"labels": "first"}, {"test_lengths": "40"}, {"test_lengths": "9-3"},
+                {"seeds": 0}, {"min_len": 9}):
+        with pytest.raises(MixbenchError):
+            SUITES.get("synthetic").make_config({**TINY, **bad})
