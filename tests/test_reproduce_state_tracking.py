@@ -1,13 +1,14 @@
 """The state-tracking reproduction targets (reproductions/state_tracking.py, docs/state_tracking.md): their steps
-name mixers and configs, their checks read the right run of each mixer config on a planted store, and a target's
-whole pipeline runs at scale tiny. Planted stores: a subject that breaks the claim gives "not reproduced", a failed
-precondition "inconclusive", and a negative that passes (the protocol cannot fail) is caught."""
+name mixers and configs, and their checks read the right run of each mixer config. On planted stores a subject that
+breaks the claim gives "not reproduced", a failed precondition "inconclusive", and a negative that passes (the
+protocol cannot fail) is caught. Their whole pipeline at scale tiny, negatives included, is tests/test_reproduce.py's
+run of every built-in target."""
 
 from __future__ import annotations
 
 from harness.registry import TARGETS
 from harness.reproduction import CANNOT_FAIL, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, RunIndex, final_verdict, overall
-from harness.running.reproduce import planned_steps, render_result, run_target
+from harness.running.reproduce import planned_steps
 from harness.stats import Interval
 from harness.store.results import ResultsStore
 from harness.suite import Metric
@@ -129,17 +130,3 @@ def test_deltaproduct_s3_tells_cannot_represent_from_did_not_train_and_flags_ext
     swapped = _planted(tmp_path / "swap", "s3", {**good, (DELTAPRODUCT, two): (0.22, 0.05),
                                                  (DELTAPRODUCT, one): (0.98, 0.9)})
     assert _verdicts(target, swapped) == (NOT_REPRODUCED, [REPRODUCED])
-
-
-def test_the_parity_targets_run_their_pipeline_at_scale_tiny(tmp_path):
-    """The whole pipeline (gate, suite, store, checks) at a smoke-test size, both parity targets on one store: the
-    `none` run they share is made once, and the negatives train nothing new. The verdicts mean nothing here."""
-    store = ResultsStore(tmp_path)
-    second = run_target(_target("parity-attention-length"), "tiny", store, progress=False)
-    first = run_target(_target("parity-negative-eigenvalues"), "tiny", store, progress=False, negatives=True)
-    assert len(second.run_ids) == 2 and len(first.run_ids) == 4  # first: its 3 runs and attention's (a negative)
-    for result in (first, second):
-        text = render_result(result)
-        assert "missing" not in text and "negative: " in render_result(first), text
-        assert all(c.measured is not None and c.measured.low is not None for c in result.checks)
-    assert set(second.run_ids) <= set(first.run_ids) and len(list((tmp_path / "runs").iterdir())) == 4
