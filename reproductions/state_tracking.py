@@ -87,7 +87,8 @@ class ParityNegativeEigenvalues(Target):
                   "the source picks by test accuracy); at most 2,000 steps of 64 at lr 3e-3, stopping at 0.99 "
                   "validation (source: 20,000 of 256 at 1e-3), width 32 (source 16 for DeltaNet), 1,000 test "
                   "sequences (source 8,192), the mixbench backbone (an MLP in the block, tied embeddings)")
-    cost = "see docs/state_tracking.md, 'Grazzi et al.'s protocol' (measured per run)"
+    cost = ("1,068 s at scale cpu (five runs, attention's for a negative, gates; 2 cores shared with other runs; "
+            "docs/state_tracking.md)")
     subjects = {"deltanet_neg": Subject("deltanet", NEG), "deltanet_pos": Subject("deltanet", POS),
                 "mamba_neg": Subject("mamba", NEG), "mamba_pos": Subject("mamba", POS), "control": CONTROL}
 
@@ -146,7 +147,8 @@ class ParityAttentionLength(Target):
     departures = ("one seed (source: best of 3), at most 2,000 steps of 64 at lr 3e-3 (source: 20,000 of 256), "
                   "width 32, RoPE attention (the source's Transformer has its own positional scheme); attention "
                   "declares no length extrapolation, so the suite's extrapolate_all is set")
-    cost = "see docs/state_tracking.md, 'Grazzi et al.'s protocol' (measured per run)"
+    cost = ("0 s at scale cpu after parity-negative-eigenvalues, whose runs it reuses (attention alone: 76 s and "
+            "its gate; docs/state_tracking.md)")
     subjects = {"subject": Subject("attention"), "control": CONTROL}
 
     def negatives(self, scale: str) -> list[Negative]:
@@ -190,7 +192,7 @@ class DeltaProductS3(Target):
                   "lengths for S3 are not Grazzi's (Grazzi's are used for both)")
     subjects = {"two": Subject(DELTAPRODUCT, householders(2)), "one": Subject(DELTAPRODUCT, householders(1)),
                 "control": CONTROL}
-    cost = "see docs/state_tracking.md, 'Grazzi et al.'s protocol' (measured per run)"
+    cost = "573 s at scale cpu (three runs and their gates; 2 cores shared with other runs; docs/state_tracking.md)"
 
     def negatives(self, scale: str) -> list[Negative]:
         return [Negative("n_h=1 and n_h=2 exchanged", "one Householder per token cannot represent S3 in one layer "

@@ -244,7 +244,7 @@ def test_the_listing_is_accurate_and_names_each_config_once(capsys):
     assert main(["reproduce", "--list"]) == 0
     out = capsys.readouterr().out
     block = out.split("\ndeltaproduct-s3\n")[1].split("\n\n")[0]
-    assert "not registered" not in block and "148 s at scale cpu" in block, block
+    assert "not registered" not in block and "573 s at scale cpu" in block, block
     protocol = next(line for line in block.splitlines() if line.strip().startswith("protocol:"))
     assert protocol.count("tasks=s3") == 1, protocol
     assert "num_householder=2" in protocol and "num_householder=1" in protocol and protocol.count(", none") == 1
