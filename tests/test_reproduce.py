@@ -161,7 +161,7 @@ def test_every_built_in_target_runs_its_pipeline_at_scale_tiny(tmp_path):
     assert "Traceback" not in out.stderr
     for name in TARGETS.names():
         assert f"\n{name} (scale tiny" in "\n" + out.stdout, (name, out.stdout)
-        block = out.stdout.split(f"\n{name} (scale tiny")[1].split("\n\n")[0]
+        block = ("\n" + out.stdout).split(f"\n{name} (scale tiny")[1].split("\n\n")[0]
         assert "\n  negative: " in block, (name, block)  # every negative ran and was checked
     assert "missing" not in out.stdout.split("negative:")[0], out.stdout
     # one summary line per target, "name (padded to 28) verdict (its note)", before the runs' numbers that every
