@@ -719,16 +719,21 @@ def test_eval_generates_then_rates_through_the_cli(tmp_path, monkeypatch, protot
         assert judge.chat_requests == 0  # one mixer: nothing to compare yet
         assert main(["eval", "--suite", "judge", "--checkpoint", str(attention_checkpoint), *opts]) == 0
         asked = judge.chat_requests
-        assert asked == 1 + 2 * 3 + 2 * len(CANARIES)
         # `mixbench judge` is the suite's own command; up to date: no call
         assert main(["judge", "--results", str(results), "--preset", "tiny", "--no-progress"]) == 0
         assert judge.chat_requests == asked
         assert main(["judge", "--results", str(results), "--verdict-mode", "text", "--no-progress"]) == 0
-        assert judge.chat_requests == asked + 2 * 3 + 2 * len(CANARIES)
+        asked_text = judge.chat_requests - asked
     store = ResultsStore(results)
     gens = [r for r in store.iter_runs(samples=True) if r.manifest.kind == "suite"]
     assert len(gens) == 2 and all(len(r.samples) == 3 for r in gens)
     assert gens[0].samples[0]["prompt"] == gens[1].samples[0]["prompt"]  # one shared prompt set
+    # one request per distinct presentation: both orders of each prompt, one where the two continuations are the
+    # same text (both orders are then one request), plus the probe and the canaries in both orders
+    outputs = [{s["prompt_id"]: s["output"] for s in r.samples} for r in gens]
+    presentations = sum(1 if outputs[0][p] == outputs[1][p] else 2 for p in outputs[0])
+    assert asked == 1 + presentations + 2 * len(CANARIES)
+    assert asked_text == presentations + 2 * len(CANARIES)  # text mode: no probe
     assert gens[0].manifest.suite_info["decoding"] == {"max_new_tokens": 12, "temperature": 0.8, "top_k": 50,
                                                            "top_p": 0.92, "seed": 0}
     assert sorted(r.manifest.subject.mixer for r in rating_runs(store).values()) == ["attention", "protot"]
