@@ -70,7 +70,7 @@ class ThroughputPhysics(Target):
 
     def checks(self, runs: RunIndex, scale: str) -> list[Check]:
         quad = self.subject("quadratic")
-        out = [_stable(runs, self.subject(r), STABLE_WIDTH[scale]) for r in self._roles(scale)]
+        out = [_stable(runs, s, STABLE_WIDTH[scale]) for s in distinct(self.subject(r) for r in self._roles(scale))]
         share = runs.measured("throughput", quad, "prefill_quadratic_share")
         out += [Check(f"{quad.label} prefill: quadratic term c > 0 (its share at the longest length)", 0.0, True,
                       share),
