@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_checks import assert_causal, assert_every_parameter_trains
+from layer_checks import assert_causal, assert_continues_from_any_state, assert_every_parameter_trains, rel
 
 from harness import Recorder
 from harness.model.conformance import run_checks
@@ -18,10 +18,6 @@ from mixers.deltanet.layer import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetCo
 NAMES = ["deltanet", "gated-deltanet"]
 # fla warns whenever use_short_conv=False, which some cases here ask for on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
 
 
 def make(name: str, d_model: int = 32, **cfg) -> torch.nn.Module:
@@ -57,20 +53,7 @@ CONFIGS = [
 @pytest.mark.parametrize(("name", "cfg"), CONFIGS)
 def test_decode_and_prefill_continue_from_any_state(name, cfg):
     """Prefill from a non-zero state, then step: equals one forward, for every kernel and in-kernel option."""
-    layer = make(name, **cfg)
-    x = torch.randn(2, 30, 32)
-    for kernel in layer.kernels:
-        layer.set_kernel(kernel)
-        with torch.no_grad():
-            full, _ = layer(x)
-            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
-            y_mid, state = layer(x[:, 11:20], state)
-            steps = []
-            for t in range(20, 30):
-                y_t, state = layer.step(x[:, t], state)
-                steps.append(y_t)
-        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
-        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
+    assert_continues_from_any_state(make(name, **cfg))
 
 
 @pytest.mark.parametrize(("name", "cfg"), CONFIGS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from layer_checks import assert_causal, assert_every_parameter_trains
+from layer_checks import assert_causal, assert_continues_from_any_state, assert_every_parameter_trains, rel
 
 from harness.errors import ConfigError
 from harness.model.conformance import run_checks
@@ -15,10 +15,6 @@ from mixers.gla.chunk import chunk_gla
 
 NAMES = ["gla", "retnet"]
 pytestmark = pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
 
 
 def make(name: str, d_model: int = 32, **cfg) -> torch.nn.Module:
@@ -108,20 +104,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize(("name", "cfg"), CONFIGS)
 def test_decode_and_prefill_continue_from_any_state(name, cfg):
-    layer = make(name, **cfg)
-    x = torch.randn(2, 30, 32)
-    for kernel in layer.kernels:
-        layer.set_kernel(kernel)
-        with torch.no_grad():
-            full, _ = layer(x)
-            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
-            y_mid, state = layer(x[:, 11:20], state)
-            steps = []
-            for t in range(20, 30):
-                y_t, state = layer.step(x[:, t], state)
-                steps.append(y_t)
-        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
-        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
+    assert_continues_from_any_state(make(name, **cfg))
 
 
 @pytest.mark.parametrize(("name", "cfg"), CONFIGS)

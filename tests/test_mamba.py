@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from layer_checks import assert_causal, assert_every_parameter_trains
+from layer_checks import assert_causal, assert_continues_from_any_state, assert_every_parameter_trains, rel
 
 from harness import Recorder
 from harness.model.conformance import run_checks
@@ -29,10 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 def _importable_mamba_ssm():
     """mamba-ssm is importable once routed (on a CPU-only build it lacks its CUDA extension); mixers do this."""
     mamba_routing.install()
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
 
 
 def make(name: str, d_model: int = 32, **cfg) -> torch.nn.Module:
@@ -113,20 +109,7 @@ def test_causal(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_decode_and_prefill_continue_from_any_state(name):
     """Prefill from a non-zero state, then step: equals one forward over the concatenated sequence."""
-    layer = make(name)
-    for kernel in layer.kernels:
-        layer.set_kernel(kernel)
-        x = torch.randn(2, 30, 32)
-        with torch.no_grad():
-            full, _ = layer(x)
-            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
-            y_mid, state = layer(x[:, 11:20], state)  # a continuation: the state is not zero here
-            steps = []
-            for t in range(20, 30):
-                y_t, state = layer.step(x[:, t], state)
-                steps.append(y_t)
-        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
-        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
+    assert_continues_from_any_state(make(name))
 
 
 @pytest.mark.parametrize(("name", "cfg"), [("mamba", {}), ("mamba2", {"headdim": 16, "ngroups": 2})])
@@ -339,20 +322,7 @@ def test_negative_eigenvalue_mamba_decodes_as_it_prefills_and_passes_the_gate():
     the conformance gate (decode equals prefill among its checks) passes; CUDA refuses the option."""
     layer = make("mamba", allow_neg_eigval=True)
     x = torch.randn(2, 30, 32)
-    outs = {}
-    for kernel in layer.kernels:
-        layer.set_kernel(kernel)
-        with torch.no_grad():
-            full, _ = layer(x)
-            _, state = layer(x[:, :11], layer.init_state(2, x.device, x.dtype))
-            y_mid, state = layer(x[:, 11:20], state)
-            steps = []
-            for t in range(20, 30):
-                y_t, state = layer.step(x[:, t], state)
-                steps.append(y_t)
-        assert rel(y_mid, full[:, 11:20]) <= 1e-5, kernel
-        assert rel(torch.stack(steps, 1), full[:, 20:]) <= 1e-5, kernel
-        outs[kernel] = full
+    outs = assert_continues_from_any_state(layer, x)
     assert all(rel(v, outs["reference"]) <= 1e-5 for v in outs.values())
     plain = make("mamba")
     plain.load_state_dict(layer.state_dict())
