@@ -444,31 +444,34 @@ def test_zoology_mqar_counts_only_fixed_state_mixers_that_learned_the_easy_setti
     assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED
 
 
-def test_protot_intervention_is_inconclusive_when_the_mixer_does_not_matter(tmp_path):
-    """Every mask check passes on the planted runs, but a model without token mixing is only 0.03 nats worse: at
-    such a budget any mask leaves perplexity flat, so the verdict is inconclusive; at 0.3 nats it is reproduced."""
+@pytest.mark.parametrize("drop, gap, expected", [
+    (-0.3, 0.03, INCONCLUSIVE),  # every mask check passes, but the mixer barely matters: any mask leaves ppl flat
+    (-0.3, 0.3, REPRODUCED),
+    (0.0, 0.3, NOT_REPRODUCED),  # a planted prototype whose mask does not remove its word breaks the claim
+])
+def test_protot_intervention_needs_the_mixer_to_matter_and_the_mask_to_act(tmp_path, drop, gap, expected):
+    """Planted interpretability and perplexity runs: the target prototype's mask changes its word's probability
+    by ``drop`` per prompt, and `none` is ``gap`` nats worse than protot; the negative (a random prototype against
+    the neutral one) never passes."""
     target = TARGETS.get("protot-intervention").cls()
-    prompts = {f"{w}:{t}": -0.3 - 0.01 * (w % 3) for w in range(20) for t in (3, 9)}
-    random = {k: v + 0.28 for k, v in prompts.items()}
-    neutral = {k: v + 0.29 for k, v in prompts.items()}
-    verdicts = []
-    for gap in (0.03, 0.3):
-        store = ResultsStore(tmp_path / str(gap))
-        interp = [score("coherence", 0.3, True, 0.02), score("coherence_random", 0.2, True, 0.02),
-                  score("dppl_interval/target", 0.001, False, 0.002)]
-        for role, items in (("target", prompts), ("random", random), ("neutral", neutral)):
-            interp.append(score(f"dprob_interval/{role}", float(np.mean(list(items.values()))), False, 0.02,
-                                items=items))
-        docs = {f"doc{i}": 5.0 + 0.1 * (i % 4) for i in range(30)}
-        ids = [put(store, manifest("interpretability", subject("protot", preset="quick")), interp),
-               put(store, manifest("perplexity", subject("protot", preset="quick")),
-                   [score("ppl", 5.0, False, 0.1, items=docs)]),
-               put(store, manifest("perplexity", control("none", preset="quick")),
-                   [score("ppl", 5.0 + gap, False, 0.1, items={k: v + gap for k, v in docs.items()})])]
-        verdicts.append(overall(target.checks(RunIndex(store, ids), "cpu")))
-        negative = target.negative_target(target.negatives("cpu")[0])
-        assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED  # random ~ neutral
-    assert verdicts == [INCONCLUSIVE, REPRODUCED]
+    prompts = {f"{w}:{t}": drop - 0.01 * (w % 3) for w in range(20) for t in (3, 9)}
+    random = {k: -0.02 - 0.01 * (i % 3) for i, k in enumerate(prompts)}
+    neutral = {k: v + 0.01 for k, v in random.items()}
+    store = ResultsStore(tmp_path)
+    interp = [score("coherence", 0.3, True, 0.02), score("coherence_random", 0.2, True, 0.02),
+              score("dppl_interval/target", 0.001, False, 0.002)]
+    for role, items in (("target", prompts), ("random", random), ("neutral", neutral)):
+        interp.append(score(f"dprob_interval/{role}", float(np.mean(list(items.values()))), False, 0.02,
+                            items=items))
+    docs = {f"doc{i}": 5.0 + 0.1 * (i % 4) for i in range(30)}
+    ids = [put(store, manifest("interpretability", subject("protot", preset="quick")), interp),
+           put(store, manifest("perplexity", subject("protot", preset="quick")),
+               [score("ppl", 5.0, False, 0.1, items=docs)]),
+           put(store, manifest("perplexity", control("none", preset="quick")),
+               [score("ppl", 5.0 + gap, False, 0.1, items={k: v + gap for k, v in docs.items()})])]
+    assert overall(target.checks(RunIndex(store, ids), "cpu")) == expected
+    negative = target.negative_target(target.negatives("cpu")[0])
+    assert overall(negative.checks(RunIndex(store, ids), "cpu")) != REPRODUCED  # random ~ neutral
 
 
 @pytest.mark.parametrize("gaps, expected", [
