@@ -149,7 +149,7 @@ def test_the_example_passes_the_gate_through_the_cli(capsys):
     assert main(["check", "example-fla-gla", "--preset", "tiny", "--plugin", "examples.fla_gla_mixer"]) == 0
     out = capsys.readouterr().out
     assert "all checks passed" in out and "kernels naive" in out
-    assert "state_size matches the state kept (512 floats per sequence and layer at T=256)" in out
+    assert "state_size matches the state kept (1024 floats per sequence, all 2 layers, at T=256)" in out
 
 
 # ---------------------------------------------------------------------------------------------- the state rules
