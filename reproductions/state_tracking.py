@@ -57,7 +57,7 @@ def suite_config(task: str, scale: str) -> dict[str, Any]:
             "max_steps": 2000, "eval_every": 100, "lrs": "3e-3", "seeds": 1}
 
 
-def test_range(task: str, scale: str) -> str:
+def length_infix(task: str, scale: str) -> str:
     """The metric infix of the tested length range: ``len40to256``."""
     low, high = suite_config(task, scale)["test_lengths"].split("-")
     return f"len{low}to{high}"
@@ -119,7 +119,7 @@ class ParityNegativeEigenvalues(Target):
         return [Step.of(SUITE, [self.subject(r)], cfg) for r in (*self.roles(scale), "control")]
 
     def checks(self, runs: RunIndex, scale: str) -> list[Check]:
-        at_train, at_test = "parity/*/final_scaled", f"parity/*/{test_range('parity', scale)}_final_scaled"
+        at_train, at_test = "parity/*/final_scaled", f"parity/*/{length_infix('parity', scale)}_final_scaled"
         out = [control_precondition(runs, self, "parity")]
         for role in self.roles(scale):
             s = self.subject(role)
@@ -169,7 +169,7 @@ class ParityAttentionLength(Target):
                   "it must learn parity where it trained for its failure past there to mean anything",
                   precondition=True),
             Check(f"{s.label}, parity scaled accuracy on the test lengths", FAILS, False,
-                  measured_like(runs, SUITE, s, f"parity/*/{test_range('parity', scale)}_final_scaled"),
+                  measured_like(runs, SUITE, s, f"parity/*/{length_infix('parity', scale)}_final_scaled"),
                   "lengths it never trained at"),
         ]
 
@@ -204,7 +204,7 @@ class DeltaProductS3(Target):
         return [Step.of(SUITE, [self.subject(r)], cfg) for r in ("two", "one", "control")]
 
     def checks(self, runs: RunIndex, scale: str) -> list[Check]:
-        at_train, at_test = "s3/*/final_scaled", f"s3/*/{test_range('s3', scale)}_final_scaled"
+        at_train, at_test = "s3/*/final_scaled", f"s3/*/{length_infix('s3', scale)}_final_scaled"
         two, one = self.subject("two"), self.subject("one")
         return [
             control_precondition(runs, self, "s3"),
