@@ -46,10 +46,13 @@ test-deps:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
-# Two workers, each taking whole test files (their module fixtures are built once); tests/conftest.py collects the
-# longest files first so that neither worker is left finishing one alone. One process took 1,077 s at f7f5ad8.
+# Three workers of one thread each on the two cores (a third fills the time the others wait on subprocesses and
+# files), each taking whole test files (their module fixtures are built once); tests/conftest.py collects the
+# longest files first so that no worker is left finishing one alone. One process took 1,077 s at f7f5ad8; two
+# workers of two threads 1,135 s at aa1a462, when the suite had grown by the state-tracking, hybrid, BaseConv and
+# reproduction tests.
 test: setup test-deps
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
+	$(BIN)/python -m pytest -n 3 --dist loadfile --durations=15
 
 quickstart: setup
 	$(BIN)/mixbench quickstart

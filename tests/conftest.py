@@ -11,6 +11,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: see harness/__init__.py
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`'s workers share the cores: one thread each (and their CLI
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # subprocesses), rather than two per worker contending
 # tokenizers and token streams are cached here (inherited by CLI subprocesses), not in the user's cache
 os.environ["MIXBENCH_CACHE"] = tempfile.mkdtemp(prefix="mixbench-test-cache-")
 # transformers copies an exported folder's modeling code here when it loads it (read once, at its import)
