@@ -118,8 +118,8 @@ MAD_PUBLISHED = {
     "deltanet": {"compression": 0.422, "fuzzy-recall": 0.357, "in-context-recall": 1.0, "memorization": 0.528,
                  "noisy-recall": 1.0, "selective-copy": 1.0},
 }
-#: tasks run per scale: the CPU subset is what fits about 30 min of this machine's CPU for the three mixers and
-#: the negative (docs/reproductions.md, "mad-score", has the measured cost per task and the extrapolation)
+#: tasks run per scale: the CPU subset was chosen to fit about 30 min of this machine's CPU for the three mixers and
+#: the negative, an estimate that no whole run has confirmed yet (docs/reproductions.md, "Measured on this machine")
 MAD_SCALE_TASKS = {"tiny": ("in-context-recall", "memorization"),
                    "cpu": ("fuzzy-recall", "in-context-recall", "memorization"),
                    "gpu": MAD_TASKS}
@@ -175,7 +175,8 @@ class MADScore(Target):
                   "sweep, at most 8,000 steps of 64 examples with a stop at 0.99 validation accuracy (fuzzy recall: "
                   "1,500; MAD: 20,000 of 128), the best run by validation (MAD: by test) accuracy, micro- not "
                   "macro-averaged accuracy, and the mixbench backbone (an MLP in every block) at width 64 (MAD: 128)")
-    cost = "about 30 min of CPU at scale cpu (docs/reproductions.md, \"mad-score\")"
+    cost = ("not measured: its CPU run had not finished its first model after 48 min beside other work "
+            "(docs/reproductions.md, \"Measured on this machine\")")
     subjects = {"transformer": Subject("attention"), "mamba": Subject("mamba"), "deltanet": Subject("deltanet")}
 
     def _roles(self, scale: str) -> tuple[str, ...]:
