@@ -239,8 +239,8 @@ class MADScore(Target):
                     if gap >= MAD_GAP and mixer[a] != mixer[b]:
                         diff = runs.paired_difference("synthetic", mixer[a], mixer[b],
                                                       _exact(runs, mixer[a], f"{t}/avg*"))
-                        out.append(Check(f"{t}: {mixer[a].label} - {mixer[b].label} (published {a} - {b}: {gap:+.3f})", 0.0,
-                                         True, diff))
+                        what = f"{t}: {mixer[a].label} - {mixer[b].label} (published {a} - {b}: {gap:+.3f})"
+                        out.append(Check(what, 0.0, True, diff))
         if scale == "gpu":  # the averages' order, Transformer > DeltaNet > Mamba
             for a, b in (("transformer", "deltanet"), ("deltanet", "mamba")):
                 if scores[a] is not None and scores[b] is not None:
