@@ -170,8 +170,8 @@ def selective_scan_cpu(
     neg: bool = False,
 ):
     """Shapes as ``selective_scan_ref``: u, delta, z (batch, D, T); A (D, N); B, C (D, N), (batch, N, T) or
-    (batch, G, N, T); D and delta_bias (D,); ``neg``: the transition ``2 exp(delta A) - 1`` (:func:`transition`). Returns ``out`` (batch, D, T) and, if asked, the last state
-    (batch, D, N)."""
+    (batch, G, N, T); D and delta_bias (D,); ``neg``: the transition ``2 exp(delta A) - 1`` (:func:`transition`).
+    Returns ``out`` (batch, D, T) and, if asked, the last state (batch, D, N)."""
     if A.is_complex():
         raise NotImplementedError("selective_scan_cpu handles real A only; use selective_scan_ref for complex A.")
     dtype_in = u.dtype

@@ -13,12 +13,12 @@ OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`harness.model.compile
 :mod:`mixers.mamba.selective_scan`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
 
-Forward, per sequence b and channel d, states n, with ``dt = softplus(delta + bias)``: ``h = exp(dt A) h +
-dt u B_t; out_t = (C_t . h + D u) * silu(z)`` (with ``neg``, Grazzi et al.'s transition ``2 exp(dt A) - 1`` in
-(-1, 1) in place of ``exp(dt A)``: the mamba mixer's ``allow_neg_eigval``), keeping the state before every :data:`SEGMENT`-th step. Backward
-walks segments from the last: it recomputes a segment's states from its checkpoint, then runs the adjoint
-``g = C_t dy_t + exp(dt_{t+1} A) g`` backwards through it, with every elementwise part (softplus, skip, gate)
-differentiated in the same loop, accumulating the gradients of every input and of the initial state.
+Forward, per sequence b and channel d, states n, with ``dt = softplus(delta + bias)``: ``h = exp(dt A) h + dt u B_t;
+out_t = (C_t . h + D u) * silu(z)`` (with ``neg``, Grazzi et al.'s transition ``2 exp(dt A) - 1`` in (-1, 1) in place of
+``exp(dt A)``: the mamba mixer's ``allow_neg_eigval``), keeping the state before every :data:`SEGMENT`-th step. Backward
+walks segments from the last: it recomputes a segment's states from its checkpoint, then runs the adjoint ``g = C_t dy_t
++ exp(dt_{t+1} A) g`` backwards through it, with every elementwise part (softplus, skip, gate) differentiated in the
+same loop, accumulating the gradients of every input and of the initial state.
 """
 
 from __future__ import annotations
@@ -296,8 +296,8 @@ def forward(u, delta, bias, A, B, C, Dv, z, h0, neg: bool = False):
     ck = u.new_empty(-(-T // SEGMENT), Bt, N, D)
     AT = A.t().contiguous()
     z_ptr, ldz = _rows(z)
-    args = (T, Bt, D, N, SEGMENT, ldz, int(neg), pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B), pointer(C),
-            pointer(Dv), z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
+    args = (T, Bt, D, N, SEGMENT, ldz, int(neg), pointer(u), pointer(delta), pointer(bias), pointer(AT), pointer(B),
+            pointer(C), pointer(Dv), z_ptr, pointer(h0), pointer(out), pointer(y_skip), pointer(h_last), pointer(ck))
     lib.scan_forward_blocks(*args, *blocks(_work_split(Bt, D)))
     return out, h_last, (ck, y_skip)
 
@@ -319,9 +319,10 @@ def backward(u, delta, bias, A, B, C, Dv, z, saved, d_out, g_last, neg: bool = F
     dB = B.new_zeros(len(split), *B.shape)
     dC = C.new_zeros(len(split), *C.shape)
     z_ptr, ldz = _rows(z)
-    lib.scan_backward_blocks(T, Bt, D, N, SEGMENT, ldz, int(neg), pointer(u), pointer(delta), pointer(bias), pointer(AT),
-                             pointer(B), pointer(C), pointer(Dv), z_ptr, pointer(ck), pointer(y_skip), pointer(d_out),
-                             pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z), pointer(dAT_part),
-                             pointer(dD_part), pointer(dB), pointer(dC), pointer(d_h0), B.numel(), *blocks(split))
+    lib.scan_backward_blocks(T, Bt, D, N, SEGMENT, ldz, int(neg), pointer(u), pointer(delta), pointer(bias),
+                             pointer(AT), pointer(B), pointer(C), pointer(Dv), z_ptr, pointer(ck), pointer(y_skip),
+                             pointer(d_out), pointer(g_last), pointer(d_u), pointer(d_delta), pointer(d_z),
+                             pointer(dAT_part), pointer(dD_part), pointer(dB), pointer(dC), pointer(d_h0), B.numel(),
+                             *blocks(split))
     return (d_u, d_delta, d_delta.sum((0, 1)), dAT_part.sum(0).t(), dB.sum(0), dC.sum(0), dD_part.sum(0), d_z,
             d_h0)

@@ -21,12 +21,12 @@ resample of rounds for all lengths, so load that drifts during the sweep cancels
 (with lengths timed one after another, attention's prefill exponent between 2k and 8k read 1.61, 1.73 and 1.98
 in three runs of the same models, each interval narrower than the spread; docs/reproductions.md).
 
-Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper
-half of the grid) for prefill and training, and the share of the quadratic term c T^2 in a least-squares fit of
-time = a + b T + c T^2 over every length, at the longest (with three lengths or more); the crossover length from
-which it is faster than the reference, per mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
-longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns
-one, its kernel's achieved FLOP/s as a fraction of this machine's dense-matmul rate, the two timed interleaved.
+Derived per model: the scaling exponent (least-squares slope of log time vs log T over the upper half of the grid) for
+prefill and training, and the share of the quadratic term c T^2 in a least-squares fit of time = a + b T + c T^2 over
+every length, at the longest (with three lengths or more); the crossover length from which it is faster than the
+reference, per mode (interpolated in log-log between grid points; NaN = "none in grid"); the decode latency ratio
+longest/shortest context; peak memory; decode state floats; and, for a mixer whose ``kernel_benchmark`` returns one, its
+kernel's achieved FLOP/s as a fraction of this machine's dense-matmul rate, the two timed interleaved.
 Intervals: ``range`` (min-max over rounds) for rates and latencies, ``bootstrap`` (rounds resampled) for ratios
 and for the statistics derived from several points.
 
