@@ -34,7 +34,7 @@ TINY_TRAIN = ["--preset", "tiny", "--tokens", "32768", "--max-train-docs", "40",
 #: started last left one worker idle for three minutes while the other finished it
 LONGEST_FILES = ("test_reproduce.py", "test_plan.py", "test_external_models.py", "test_plugins.py",
                  "test_throughput.py", "test_hf_plugin.py", "test_site_sections.py", "test_cli.py",
-                 "test_conformance.py", "test_judge.py")
+                 "test_mixer_contract.py", "test_judge.py")
 
 
 def pytest_collection_modifyitems(config, items):
