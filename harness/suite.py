@@ -308,7 +308,8 @@ class Suite:
         self.cfg = cfg
 
     def validate(self, model: "MixerLM") -> None:
-        """Raise a MixbenchError if this config cannot run on ``model``; called before any data is loaded."""
+        """Raise a MixbenchError if this config cannot run on ``model``. The core calls it once, before :meth:`run`
+        (:func:`harness.running.evaluate.score_run`); ``run`` need not call it again."""
 
     def identity_parts(self) -> dict[str, Any]:
         """What the config points at and its numbers depend on, beyond the config's own values (the content of a

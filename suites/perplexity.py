@@ -121,7 +121,6 @@ class Perplexity(Suite):
         )
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
-        self.validate(model)
         context = self.cfg.context or model.config.context
         buckets = position_buckets(context)
         near_far = context_buckets(context)

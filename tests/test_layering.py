@@ -108,3 +108,38 @@ def test_a_reproduction_target_imports_no_suite_and_no_mixer():
     """Targets name suites and mixers by their registered names (docs/reproductions.md): a target that imported
     a suite's internals would break when the suite is reshaped, and would load it before the registry does."""
     assert _violations("reproductions", lambda rel, name: name.split(".")[0] in ("harness", "reproductions")) == []
+
+
+def _calls_by_function(path: Path, attrs: set[str]) -> list[tuple[str, int, str]]:
+    """(enclosing top-level function, line, attribute) of every call ``x.<attr>(...)`` in ``path`` (a class calling
+    its own method is not counted)."""
+    out = []
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for top in tree.body:
+        for node in ast.walk(top):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in attrs
+                    and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "self")):
+                out.append((getattr(top, "name", "<module>"), node.lineno, node.func.attr))
+    return out
+
+
+def test_every_run_is_made_and_written_by_the_one_scoring_function():
+    """Every route (a checkpoint, a mixer definition, an external model, a grid, reproduce) makes its run through
+    harness.running.evaluate.score_run: it is the only caller of a suite's ``run``/``run_mixer`` and, with
+    ``store_runs`` (a suite's cross-run records), the only writer of runs."""
+    makers, writers = [], []
+    for package in ("harness", "suites", "mixers", "reproductions"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = str(path.relative_to(REPO))
+            for function, line, attr in _calls_by_function(path, {"run_mixer", "write_run"}):
+                (writers if attr == "write_run" else makers).append((rel, function))
+            tree = ast.parse(path.read_text(encoding="utf-8"), rel)
+            for top in tree.body:  # suite.run(model, ctx): a call of .run with a SuiteContext-named second argument
+                for node in ast.walk(top):
+                    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
+                            and len(node.args) == 2 and isinstance(node.args[1], ast.Name)
+                            and node.args[1].id == "ctx"):
+                        makers.append((rel, getattr(top, "name", "<module>")))
+    assert sorted(set(makers)) == [("harness/running/evaluate.py", "score_run")], makers
+    assert sorted(set(writers)) == [("harness/running/evaluate.py", "score_run"),
+                                    ("harness/running/evaluate.py", "store_runs")], writers

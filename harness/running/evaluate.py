@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from harness.corpus.protocol import recording_reads, selecting
@@ -118,14 +119,14 @@ def _evaluate(checkpoint: Path | str | None, run: PlannedRun, store: ResultsStor
     model.eval().zero_grad(set_to_none=True)  # a suite before this one may have trained or back-propagated
     if options.kernel is not None:
         model.set_kernel(options.kernel)
-    if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
-        return _evaluate_mixer(run, suite_obj, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config, "tiny", store,
-                               options, gate)
-    from harness.corpus.data import load_corpus
-
     if gate is None:
         gate = require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, options.skip_gate,
                             progress=progress)
+    if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
+        return _evaluate_mixer(run, suite_obj, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config, ckpt.spec.preset,
+                               store, options, gate)
+    from harness.corpus.data import load_corpus
+
     if corpus is None:
         corpus = load_corpus(ckpt.spec.data, progress=progress)
     trained_on = ckpt.meta.get("corpus_fingerprint")
@@ -135,36 +136,38 @@ def _evaluate(checkpoint: Path | str | None, run: PlannedRun, store: ResultsStor
             f"(fingerprint {corpus.fingerprint} vs {trained_on}); retrain the checkpoint."
         )
     subject_id = checkpoint_subject(ckpt, corpus.fingerprint)
-    run = run.bind(subject_id)
-    assert run.identity is not None
+    return score_run(run.bind(subject_id), suite_obj, store, options, gate,
+                     lambda: model_subject(ckpt, model, subject_id, device), model=model, corpus=corpus,
+                     seed=ckpt.spec.train.seed, timings={"train_s": ckpt.meta.get("train_seconds")})
+
+
+def score_run(run: PlannedRun, suite_obj, store: ResultsStore, options: EvalOptions, gate: GateRecord,
+              subject: Callable[[], Subject], *, model=None, mixer: tuple[str, dict[str, Any]] | None = None,
+              corpus=None, seed: int = 0, timings: dict[str, Any] | None = None) -> EvalOutcome:
+    """The one place a run is made, whatever route it came by (a checkpoint, a mixer definition, an external
+    model, a grid, ``reproduce``): a run already in the store is not made again (unless forced); otherwise the
+    suite validates the ``model`` once, scores it (or, mixer-scoped, trains and scores its own models of ``mixer``)
+    in a work folder, and the manifest is built and written here; the suite's cross-run step follows with
+    ``options.aggregate``. ``run`` is bound to its subject; ``subject`` describes it, built only when needed."""
+    assert run.identity is not None and (model is None) != (mixer is None)
     if store.has_run(run.identity.id) and not options.force:
         if options.aggregate:
-            write_aggregate(store, suite_obj, progress)
+            write_aggregate(store, suite_obj, options.progress)
         return EvalOutcome(run.identity.id, run.suite, True, 0.0)
-    subject = model_subject(ckpt, model, subject_id, device)
-    return score_and_write(run, suite_obj, model, corpus, ckpt.spec.train.seed, subject, gate, store, options,
-                           {"train_s": ckpt.meta.get("train_seconds")})
-
-
-def score_and_write(run: PlannedRun, suite_obj, model, corpus, seed: int, subject: Subject, gate: GateRecord,
-                    store: ResultsStore, options: EvalOptions, timings: dict[str, Any]) -> EvalOutcome:
-    """Run a bound model-scoped ``run`` on a loaded ``model`` (a mixbench model or an external one) and write it:
-    the suite validates the model first, then scores it in a work folder; the manifest is built here."""
-    assert run.identity is not None
     entry = SUITES.get(run.suite)
-    suite_obj.validate(model)
+    if model is not None:
+        suite_obj.validate(model)
     store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
         ctx = SuiteContext(corpus, Path(options.work_dir or scratch), seed, run.device, options.progress)
         t0 = time.perf_counter()
         with recording_reads() as reads:
-            result = suite_obj.run(model, ctx)
+            result = suite_obj.run(model, ctx) if mixer is None else suite_obj.run_mixer(mixer[0], dict(mixer[1]), ctx)
         seconds = time.perf_counter() - t0
-        manifest = build_manifest(
-            entry, suite_obj.cfg, run.config_source, subject, gate, run.identity, result,
-            timings={**timings, "eval_s": round(seconds, 3)},
-            data={"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids(), **protocol_record(reads)},
-        )
+        data = {} if corpus is None else \
+            {"fingerprint": corpus.fingerprint, "splits": corpus.split_doc_ids(), **protocol_record(reads)}
+        manifest = build_manifest(entry, suite_obj.cfg, run.config_source, subject(), gate, run.identity, result,
+                                  timings={**(timings or {}), "eval_s": round(seconds, 3)}, data=data)
         store.write_run(run.identity.id, manifest, result, force=options.force)
     if options.aggregate:
         write_aggregate(store, suite_obj, options.progress)
@@ -173,30 +176,14 @@ def score_and_write(run: PlannedRun, suite_obj, model, corpus, seed: int, subjec
 
 def _evaluate_mixer(run: PlannedRun, suite_obj, mixer: str, mixer_config: dict[str, Any], preset: str,
                     store: ResultsStore, options: EvalOptions, gate: GateRecord | None) -> EvalOutcome:
-    entry = SUITES.get(run.suite)
-    device, progress = run.device, options.progress
+    """A mixer-scoped run: the gate at ``preset``'s backbone unless the caller holds a verdict."""
     if gate is None:
         p = get_preset(preset)
         spec = ModelSpec(mixer, dict(mixer_config), BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
-        gate = require_gate(spec, preset, device, options.skip_gate, progress=progress)
+        gate = require_gate(spec, preset, run.device, options.skip_gate, progress=options.progress)
     subject_id = mixer_identity(mixer, mixer_config)
-    run = run.bind(subject_id)
-    assert run.identity is not None
-    if store.has_run(run.identity.id) and not options.force:
-        return EvalOutcome(run.identity.id, entry.name, True, 0.0)
-    store.ensure_writable()
-    with tempfile.TemporaryDirectory(prefix=f"mixbench-{entry.name}-") as scratch:
-        ctx = SuiteContext(None, Path(options.work_dir or scratch), 0, device, progress)
-        t0 = time.perf_counter()
-        result = suite_obj.run_mixer(mixer, dict(mixer_config), ctx)
-        seconds = time.perf_counter() - t0
-        manifest = build_manifest(entry, suite_obj.cfg, run.config_source,
-                                  mixer_subject(mixer, mixer_config, subject_id), gate, run.identity, result,
-                                  timings={"eval_s": round(seconds, 3)})
-        store.write_run(run.identity.id, manifest, result, force=options.force)
-    if options.aggregate:
-        write_aggregate(store, suite_obj, progress)
-    return EvalOutcome(run.identity.id, entry.name, False, seconds)
+    return score_run(run.bind(subject_id), suite_obj, store, options, gate,
+                     lambda: mixer_subject(mixer, mixer_config, subject_id), mixer=(mixer, dict(mixer_config)))
 
 
 def protocol_record(reads: set[str]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ The model is loaded with its own tokenizer (:func:`harness.hf.external.load_exte
 of the data source are tokenized with it, so perplexity's bits per byte compares it with mixbench's rows on the
 same documents. Only suites that declare :attr:`harness.suite.Suite.external` score it; instead of the conformance
 gate (which checks a mixer) it must pass the model-level checks (:func:`harness.hf.external.model_checks`). Its
-runs go through the same write path as every run (:func:`harness.running.evaluate.score_and_write`), with a subject
+runs go through the same write path as every run (:func:`harness.running.evaluate.score_run`), with a subject
 of kind ``external`` naming the model, its revision and its size (docs/huggingface.md).
 """
 
@@ -17,7 +17,7 @@ from harness.config import DataConfig
 from harness.errors import MixbenchError
 from harness.registry import SUITES
 from harness.reporting.scored import note_runs
-from harness.running.evaluate import EvalOptions, EvalOutcome, score_and_write, write_aggregate
+from harness.running.evaluate import EvalOptions, EvalOutcome, score_run
 from harness.running.planned import PlannedRun
 from harness.store.identity import external_identity
 from harness.store.manifest import GateRecord, Subject
@@ -60,12 +60,8 @@ def evaluate_external(source: str, run: PlannedRun, store: ResultsStore, options
     run = run.bind(identity)
     assert run.identity is not None
     note_runs(store, [run.identity.id])  # found or written: the command ends with its numbers
-    if store.has_run(run.identity.id) and not options.force:
-        if options.aggregate:
-            write_aggregate(store, suite_obj, options.progress)
-        return EvalOutcome(run.identity.id, run.suite, True, 0.0)
-    return score_and_write(run, suite_obj, model, corpus, 0, external_subject(model, identity.id, run.device),
-                           gate, store, options, {})
+    return score_run(run, suite_obj, store, options, gate, lambda: external_subject(model, identity.id, run.device),
+                     model=model, corpus=corpus)
 
 
 def external_subject(model, identity: str, device: str) -> Subject:

@@ -111,7 +111,6 @@ class Glue(Suite):
             )
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
-        self.validate(model)
         max_length = self.cfg.max_length or model.config.context
         outcomes: list[TaskOutcome] = []
         info: dict = {"max_length": max_length, "scale": UNIT, "lr_selection": "held-out part of train", "tasks": {}}

@@ -108,7 +108,6 @@ class Interpretability(Suite):
             )
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
-        self.validate(model)
         return _Run(self.cfg, model, ctx).execute()
 
 

@@ -99,7 +99,6 @@ class Judge(Suite):
             )
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
-        self.validate(model)
         cfg = self.cfg
         prompts = (file_prompts(cfg.prompts_file, cfg.n_prompts) if cfg.prompts_file
                    else corpus_prompts(ctx.corpus, cfg.split, cfg.n_prompts, cfg.prompt_words))

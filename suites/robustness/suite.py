@@ -201,7 +201,6 @@ class Robustness(Suite):
             raise ConfigError(f"robustness: top_k {self.cfg.top_k} exceeds the vocabulary ({model.config.vocab_size}).")
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
-        self.validate(model)
         cfg = self.cfg
         if cfg.pairs_file:
             pairs, source = load_pairs(cfg.pairs_file), Path(cfg.pairs_file).expanduser()

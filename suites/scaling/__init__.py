@@ -67,7 +67,6 @@ class Scaling(Suite):
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         """The model's held-out loss per document: the unit every fit and ordering of its ladder resamples."""
-        self.validate(model)
         cfg = self.cfg
         windows = ctx.corpus.eval_windows(cfg.split, model.config.context, cfg.max_windows or None)
         docs = ctx.corpus.encode_split(cfg.split)
