@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import os
+import pkgutil
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -51,10 +52,11 @@ class EmptyConfig:
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, group: str, builtin_package: str):
+    def __init__(self, kind: str, group: str, builtin_package: str, base: str):
         self.kind = kind
         self.group = group
         self.builtin_package = builtin_package
+        self.base = base  # "module:Class" every registered class must subclass (imported when first needed)
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
         self.broken: dict[str, str] = {}  # entry points that failed to import: name -> reason
@@ -67,6 +69,10 @@ class Registry(Generic[T]):
             raise TypeError(f"the config of {self.kind} '{name}' must be a dataclass, got {config!r}")
 
         def decorate(cls: type[T]) -> type[T]:
+            module, _, attr = self.base.partition(":")
+            base = getattr(importlib.import_module(module), attr)
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise TypeError(f"{self.kind} '{name}' must subclass {module}.{attr}, got {cls!r}")
             self.ensure_loaded()  # a plugin imported first must still meet the built-ins' names
             source = f"{cls.__module__}.{cls.__qualname__}"
             existing = self._entries.get(name)
@@ -92,7 +98,7 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True
-        importlib.import_module(self.builtin_package)
+        import_package_modules(self.builtin_package)
         for ep in importlib.metadata.entry_points(group=self.group):
             try:
                 ep.load()
@@ -132,10 +138,20 @@ class Registry(Generic[T]):
         return [self._entries[n] for n in self.names()]
 
 
-MIXERS: Registry = Registry("mixer", "mixbench.mixers", "mixers")
-SUITES: Registry = Registry("suite", "mixbench.suites", "suites")
+def import_package_modules(package: str) -> None:
+    """Import ``package`` and each of its public modules and sub-packages (names not starting with ``_``): the
+    built-in mixer families, suites and targets are found the same way, so adding one is adding its folder or
+    module and nothing else."""
+    root = importlib.import_module(package)
+    for module in pkgutil.iter_modules(root.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package}.{module.name}")
+
+
+MIXERS: Registry = Registry("mixer", "mixbench.mixers", "mixers", "harness.mixer:Mixer")
+SUITES: Registry = Registry("suite", "mixbench.suites", "suites", "harness.suite:Suite")
 #: known answers, checked by ``mixbench reproduce`` (harness/running/reproduce.py, docs/reproductions.md)
-TARGETS: Registry = Registry("reproduction target", "mixbench.targets", "reproductions")
+TARGETS: Registry = Registry("reproduction target", "mixbench.targets", "reproductions", "harness.reproduction:Target")
 
 
 def control_mixers() -> list[str]:
@@ -174,17 +190,16 @@ def register_suite(name: str, config: type | None = None, override: bool = False
 
 def register_target(name: str, config: type | None = None, override: bool = False):
     """Class decorator for a :class:`harness.reproduction.Target`; see :func:`register_mixer`. The class must be
-    a Target of a known kind (a typo in ``kind`` would list a claim among the harness's checks)."""
+    a Target (every registry checks its base class) of a known kind (a typo in ``kind`` would list a claim among
+    the harness's checks)."""
     inner = TARGETS.register(name, config, override)
 
     def wrap(cls):
         from harness.reproduction import KINDS, Target
 
-        if not (isinstance(cls, type) and issubclass(cls, Target)):
-            raise TypeError(f"target '{name}' must subclass harness.reproduction.Target, got {cls!r}")
-        if cls.kind not in KINDS:
+        if isinstance(cls, type) and issubclass(cls, Target) and cls.kind not in KINDS:
             raise TypeError(f"target '{name}' has kind {cls.kind!r}; kinds: {', '.join(KINDS)}")
-        return inner(cls)
+        return inner(cls)  # which refuses a class that is not a Target
 
     return wrap
 

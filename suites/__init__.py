@@ -1,9 +1,3 @@
-"""Built-in suites: every public module in this package registers one (the registry imports them on first
-lookup), so adding a suite means adding a module here and nothing else."""
-
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
+"""Built-in suites: the registry imports every public module or package here on first lookup
+(:func:`harness.registry.import_package_modules`), which registers its suite, so adding a suite means adding a
+module here and nothing else."""

@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from layer_checks import rel
 
-import mixers.deltaproduct  # noqa: F401 - registers the mixer (mixers/__init__.py may not list it yet)
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config

@@ -143,3 +143,29 @@ def test_every_run_is_made_and_written_by_the_one_scoring_function():
     assert sorted(set(makers)) == [("harness/running/evaluate.py", "score_run")], makers
     assert sorted(set(writers)) == [("harness/running/evaluate.py", "score_run"),
                                     ("harness/running/evaluate.py", "store_runs")], writers
+
+
+def test_registries_refuse_a_class_of_the_wrong_kind_and_discover_their_packages():
+    """A suite registered as a mixer (or any class that is not a Mixer, Suite or Target) is refused at
+    registration, before it can be listed; the built-in packages list nothing by hand: every family folder,
+    suite module and target module is found."""
+    import pytest
+
+    from harness.errors import MixbenchError
+    from harness.registry import MIXERS, SUITES, TARGETS, register_mixer, register_suite, register_target
+    from harness.suite import Suite
+
+    for register, cls in ((register_mixer, Suite), (register_suite, object), (register_target, Suite)):
+        with pytest.raises(TypeError, match="must subclass"):
+            register("_wrong_kind")(type("Wrong", (cls,), {}))
+    for registry in (MIXERS, SUITES, TARGETS):
+        with pytest.raises(MixbenchError):
+            registry.get("_wrong_kind")
+    for package, registry in (("mixers", MIXERS), ("suites", SUITES), ("reproductions", TARGETS)):
+        assert ast.get_docstring(ast.parse((REPO / package / "__init__.py").read_text())) is not None
+        assert not [n for n in ast.parse((REPO / package / "__init__.py").read_text()).body
+                    if isinstance(n, (ast.Import, ast.ImportFrom))], f"{package}/__init__.py imports by hand"
+        sources = {e.source.split(".")[1] for e in registry.entries() if e.source.startswith(package + ".")}
+        public = {p.name.removesuffix(".py") for p in (REPO / package).iterdir()
+                  if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+        assert sources <= public and len(sources) >= 7, (package, sources)

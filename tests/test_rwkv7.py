@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-import mixers.rwkv7  # noqa: F401 - registers the mixer (the registry imports it too)
 from harness.errors import ConfigError
 from harness.model.conformance import run_checks
 from harness.registry import MIXERS
