@@ -233,6 +233,9 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large (default: quick)")
     p.add_argument("--seeds", default="0",
                    help="comma-separated training seeds (default: 0; the reference board runs 0,1,2)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="models trained and scored side by side, one thread each (default: one per core on the CPU; "
+                        "1: one after another in this process); timings are made alone afterwards")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _gate_args(p)
@@ -764,6 +767,13 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         raise MixbenchError(f"--seeds takes comma-separated integers, got '{args.seeds}'.") from None
     if not seeds:
         raise MixbenchError("--seeds lists no seed; give e.g. --seeds 0 or --seeds 0,1,2.")
+    if args.workers is not None and (isinstance(args.workers, bool) or args.workers < 1):
+        raise MixbenchError(f"--workers must be a positive integer, got {args.workers}.")
+    # on a CPU, small models train faster side by side on one thread each than one at a time on every core
+    # (docs/ARCHITECTURE.md, "Quickstart"); a GPU runs them one at a time
+    side_by_side = args.workers != 1 and _device(args.device) == "cpu" and (os.cpu_count() or 1) > 1
+    args.executor = "process" if side_by_side else "local"
+    args.workers = args.workers if side_by_side else None
     count = "one training seed" if len(seeds) == 1 else f"{len(seeds)} training seeds"
     print(f"mixbench quickstart: {count} per model ({','.join(map(str, seeds))}); "
           + ("a difference smaller than the seed spread is not claimed, and the reference board "

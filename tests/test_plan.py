@@ -214,6 +214,25 @@ def _same_scores(store: ResultsStore, reference: ResultsStore) -> None:
     assert models(store) == models(reference)
 
 
+def test_a_process_pool_makes_timings_alone_after_the_side_by_side_jobs(tmp_path):
+    """Two jobs side by side would slow each other's timings: the device-dependent suite (throughput) runs after
+    both jobs' other suites, one at a time, and nothing is trained twice."""
+    text = PLAN.format(name="timed", train_extra="").replace(
+        "suites:\n", "suites:\n  throughput: {lengths: [16, 32], repeats: 1, modes: [prefill], reference: '', "
+                     "floor: ''}\n").replace("token_budget: 32768", "token_budget: 4096")
+    plan = load_plan(write_plan(tmp_path, "timed", text=text))
+    store = ResultsStore(tmp_path / "store")
+    with ProcessExecutor(workers=2) as pool:
+        assert pool.side_by_side([1, 2]) and not ProcessExecutor(workers=1).side_by_side([1, 2])
+        report = run_requests(plan.requests("cpu", progress=False), store, pool)
+    assert (report.jobs, report.trained, report.written, report.failures) == (2, 2, 4, [])
+    names = [name for name, _ in report.phases]
+    last_perplexity = max(i for i, n in enumerate(names) if n.startswith("eval perplexity"))
+    timed = [i for i, n in enumerate(names) if n.startswith("eval throughput")]
+    assert len(timed) == 2 and min(timed) > last_perplexity, names
+    assert sum("(already trained)" in n for n in names) == 2
+
+
 def test_process_pool_runs_the_grid(local_grid, tmp_path):
     plan_path, ref = local_grid
     store = ResultsStore(tmp_path / "store")

@@ -65,6 +65,12 @@ class Executor(ABC):
     def close(self) -> None:  # noqa: B027  (nothing to release by default)
         """Release workers or the cluster connection; safe to call twice."""
 
+    def side_by_side(self, jobs: Sequence[Any]) -> bool:
+        """Whether these jobs would run at the same time on this machine's cores: the grid then makes the
+        runs of device-dependent suites (timings) afterwards, one at a time in this process, since a job beside
+        them would slow them. A cluster's jobs reserve their own resources, so only a local pool says True."""
+        return False
+
     def __enter__(self) -> "Executor":
         return self
 
@@ -223,6 +229,9 @@ class ProcessExecutor(Executor):
 
     def describe(self) -> str:
         return f"a local process pool ({self.workers or 'auto'} workers)"
+
+    def side_by_side(self, jobs: Sequence[Any]) -> bool:
+        return len(jobs) > 1 and self.pool_size(jobs) > 1
 
     def map(self, fn, jobs, *args):
         if not jobs:

@@ -59,6 +59,11 @@ class PlannedRun:
         return SUITES.get(self.suite).cls.scope
 
     @property
+    def device_dependent(self) -> bool:
+        """Whether the suite measures the machine (timings): its runs are made alone (docs/ARCHITECTURE.md)."""
+        return bool(SUITES.get(self.suite).cls.device_dependent)
+
+    @property
     def run_id(self) -> str | None:
         return self.identity.id if self.identity is not None else None
 

@@ -448,30 +448,20 @@ def run_requests(
                 f"the results store {store.root} lives in this process's memory, so {executor.name} workers "
                 "cannot see it; use --executor local or a folder / shared URL for --results."
             )
-        print(
-            f"[mixbench] {len(todo)} of {len(jobs)} job(s) to run on {executor.describe()}",
-            file=sys.stderr, flush=True,
-        )
-        for done, (job, result) in enumerate(executor.map(execute_job, todo, store.root), 1):
-            state = "failed" if isinstance(result, BaseException) else f"done on {result.host}"
-            print(f"[mixbench] job {done}/{len(todo)} {state}: {job.label}", file=sys.stderr, flush=True)
-            if isinstance(result, BaseException):
-                if not keep_going:
-                    raise result
-                report.failures.append(JobFailure(job.label, failure_text(result)))
-                report.add(f"{job.label}: FAILED", 0.0)
-                continue
-            report.outcomes.append(result)
-            if any(r.options.progress for r in reqs):
-                _print_headlines(store, [result.runs[suite] for suite in result.written])
-            report.run_ids.update(result.runs.values())
-            report.trained += int(result.trained)
-            report.written += len(result.written)
-            for name, seconds in result.phases:
-                report.add(name, seconds)
-            report.failures.extend(result.failures)
-            if result.failures and not keep_going:
-                raise MixbenchError("; ".join(f"{f.label} failed: {f.error}" for f in result.failures))
+        timed = [job for job in todo if any(r.device_dependent for r in job.runs)]
+        if executor.side_by_side(todo) and timed:  # timings are made alone, after the jobs that would slow them
+            first = [dataclasses.replace(job, runs=tuple(r for r in job.runs if not r.device_dependent)) for job in todo]
+            later = [dataclasses.replace(job, runs=tuple(r for r in job.runs if r.device_dependent)) for job in timed]
+            print(f"[mixbench] {len(todo)} of {len(jobs)} job(s) to run on {executor.describe()}; the "
+                  f"device-dependent runs of {len(later)} after them, one at a time in this process",
+                  file=sys.stderr, flush=True)
+            failed = _run_jobs(executor, first, store, report, reqs, keep_going, trained=True)
+            _run_jobs(LocalExecutor(), [job for job in later if job.label not in failed], store, report, reqs,
+                      keep_going, trained=False)
+        else:
+            print(f"[mixbench] {len(todo)} of {len(jobs)} job(s) to run on {executor.describe()}",
+                  file=sys.stderr, flush=True)
+            _run_jobs(executor, todo, store, report, reqs, keep_going, trained=True)
     suites_seen: dict[str, dict[str, Any] | None] = {}
     for req in reqs:
         for suite in req.suites:
@@ -488,6 +478,35 @@ def run_requests(
     planned = [r.run_id for job in jobs for r in job.runs]
     note_runs(store, [*planned, *(rid for outcome in report.outcomes for rid in outcome.runs.values())])
     return report
+
+
+def _run_jobs(executor: "Executor", jobs: list[ModelJob], store: ResultsStore, report: "GridReport",
+              reqs: Sequence[GridRequest], keep_going: bool, trained: bool) -> set[str]:
+    """Run ``jobs`` through ``executor`` into ``report``; ``trained``: count their trainings (a second pass over
+    models already trained does not). Returns the labels of the jobs that failed whole (with ``keep_going``)."""
+    failed: set[str] = set()
+    for done, (job, result) in enumerate(executor.map(execute_job, jobs, store.root), 1):
+        state = "failed" if isinstance(result, BaseException) else f"done on {result.host}"
+        print(f"[mixbench] job {done}/{len(jobs)} {state}: {job.label}", file=sys.stderr, flush=True)
+        if isinstance(result, BaseException):
+            if not keep_going:
+                raise result
+            report.failures.append(JobFailure(job.label, failure_text(result)))
+            report.add(f"{job.label}: FAILED", 0.0)
+            failed.add(job.label)
+            continue
+        report.outcomes.append(result)
+        if any(r.options.progress for r in reqs):
+            _print_headlines(store, [result.runs[suite] for suite in result.written])
+        report.run_ids.update(result.runs.values())
+        report.trained += int(result.trained and trained)
+        report.written += len(result.written)
+        for name, seconds in result.phases:
+            report.add(name, seconds)
+        report.failures.extend(result.failures)
+        if result.failures and not keep_going:
+            raise MixbenchError("; ".join(f"{f.label} failed: {f.error}" for f in result.failures))
+    return failed
 
 
 def _print_headlines(store: ResultsStore, run_ids: list[str]) -> None:
