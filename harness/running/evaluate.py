@@ -102,6 +102,16 @@ def evaluate(
     return outcome
 
 
+def evaluate_checkpoint(checkpoint: Path | str, suite: str, overrides: dict[str, Any], store: ResultsStore,
+                        device: str | None = None, force: bool = False, skip_gate: bool = False) -> EvalOutcome:
+    """``mixbench eval --suite SUITE`` for a suite's own command (``mixbench lm-eval``): the planned run of
+    ``suite`` at ``overrides`` on ``device`` (None: cuda when available), scored through :func:`evaluate`."""
+    from harness.model.devices import resolve_device
+
+    run = PlannedRun.make(suite, overrides, device=resolve_device(device))
+    return evaluate(checkpoint, run, store, EvalOptions(force=force, skip_gate=skip_gate))
+
+
 def _evaluate(checkpoint: Path | str | None, run: PlannedRun, store: ResultsStore, options: EvalOptions, *, corpus,
               gate: GateRecord | None, loaded: tuple[Any, Checkpoint] | None, mixer: str | None,
               mixer_config: dict[str, Any] | None, preset: str) -> EvalOutcome:

@@ -102,6 +102,17 @@ def cmd_run_plan(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+def run_plan_grid(plan, store, device: str | None = None, progress: bool = True, plugins: tuple[str, ...] = (),
+                  yes: bool = False, keep_going: bool = False):
+    """Run ``plan``'s grid in this process (the jobs the store lacks, each suite's cross-run step at the end) on
+    ``device`` (None: the plan's, else cuda when available): the grid a suite's own command runs
+    (``mixbench scaling``). Returns the runner's report."""
+    from harness.running.runner import run_requests
+
+    reqs = plan.requests(plan_device(plan, device), progress=progress, plugins=plugins, yes=yes)
+    return run_requests(reqs, store, keep_going=keep_going)
+
+
 def check_requests_time(reqs) -> None:
     """Refuse a grid with a model estimated to train past the time limit (unless its options say ``yes``), before
     any work: the runner checks again, from a cache, before its jobs (:mod:`harness.running.training_time`)."""
