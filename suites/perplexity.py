@@ -38,10 +38,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from harness.model.batching import IGNORE_INDEX
-from harness.model.window_nll import window_nll
+from harness.kit import IGNORE_INDEX, check_forward, window_nll
 from harness.errors import ConfigError
-from harness.model.memory import check_forward
 from harness.registry import register_suite
 from harness import stats
 from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult

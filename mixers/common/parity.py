@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.mixer import Mixer
-from harness.model.backbone import init_output_projection
+from harness.kit import init_output_projection
 from harness.registry import MIXERS
 
 MODES = ("fp32", "bf16", "decode")

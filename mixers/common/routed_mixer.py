@@ -82,7 +82,7 @@ class RoutedMixer(Mixer):
         return {n for n, p in self.named_parameters() if getattr(p, "_no_weight_decay", False) and p.ndim >= 2}
 
     def package_versions(self) -> dict[str, str]:
-        from harness.store.provenance import package_versions
+        from harness.kit import package_versions
 
         return package_versions(tuple(self.packages))
 

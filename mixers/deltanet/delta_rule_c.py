@@ -14,7 +14,7 @@ import ctypes
 
 import torch
 
-from harness.model.compiled import CompiledLibrary, pointer
+from harness.kit import CompiledLibrary, pointer
 
 SOURCE = r"""
 #include <string.h>

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.model.backbone_kernels import rms_norm
+from harness.kit import rms_norm
 
 #: eps of fla's in-kernel l2 norm (``fla.modules.l2norm``)
 L2_EPS = 1e-6

@@ -27,7 +27,7 @@ import ctypes
 
 import torch
 
-from harness.model.compiled import CompiledLibrary, pointer
+from harness.kit import CompiledLibrary, pointer
 from mixers.common.short_conv import blocks
 
 #: steps between the states the forward pass keeps for the backward pass

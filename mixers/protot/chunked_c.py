@@ -30,7 +30,7 @@ import ctypes
 
 import torch
 
-from harness.model.compiled import CompiledLibrary, pointer
+from harness.kit import CompiledLibrary, pointer
 
 SOURCE = r"""
 #include <math.h>

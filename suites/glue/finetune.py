@@ -19,9 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from harness.model.backbone import MixerLM
-from harness.corpus.tokenizer import Tokenizer
-from harness.running.training import adamw
+from harness.kit import MixerLM, Tokenizer, adamw
 from suites.glue.config import GlueConfig
 from suites.glue.loading import Example
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.corpus.data import SPLITS
+from harness.kit import SPLITS
 from harness.errors import ConfigError
 from harness.values import option
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.errors import ConfigError, MixbenchError
-from harness.corpus.tokenizer import Tokenizer
+from harness.kit import Tokenizer
 from suites.interpretability.activations import UnitSet
 from suites.interpretability.profiles import UnitProfile
 

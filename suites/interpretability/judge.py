@@ -65,7 +65,7 @@ def judge_profiles(profiles: list[UnitProfile], ask: Callable[[str], str]) -> in
 @contextlib.contextmanager
 def endpoint_asker(url: str, model: str, progress: bool) -> Iterator[Callable[[str], str]]:
     """An ``ask`` on the shared LLM-judge client and cache; ``url == "local"`` starts the built-in local judge."""
-    from harness.llm_judge import (
+    from harness.kit import (
         EndpointConfig,
         JudgeCallFailed,
         JudgeClient,

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from harness.corpus.tokenizer import Tokenizer
+from harness.kit import Tokenizer
 from suites.interpretability.activations import Gates, UnitSet
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.store.results import RunRecord
+    from harness.kit import RunRecord
     from harness.suite import SiteKit
 
 UNITS_SHOWN = 24

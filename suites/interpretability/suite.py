@@ -17,8 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from harness.model.backbone import build_model
-from harness.model.checkpoint import load_model
+from harness.kit import build_model, load_model
 from harness.errors import ConfigError
 from harness.mixer import Unit
 from harness.registry import register_suite

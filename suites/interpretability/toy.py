@@ -172,7 +172,7 @@ def train_toy(ids: torch.Tensor, vocab_size: int, lr: float, steps: int, basis: 
 
 def plot_runs(runs: list[ToyRun], path) -> Path:
     """Cosine with the leading term per step (one panel per learning rate) and the loss: the run's curve."""
-    from harness.reporting.plotting import figure, save
+    from harness.kit import figure, save
 
     fig, axes = figure(4.2 * (len(runs) + 1), 3.6, cols=len(runs) + 1)
     labels = {"W_O": r"cos($W_O$, $\bar B$)", "V": r"cos($V$, $\bar\Phi^T\bar B^T$)", "W": r"cos($W$, $\bar Q$)",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from harness.corpus.data import SPLITS, Corpus
+from harness.kit import SPLITS, Corpus
 from harness.errors import ConfigError
 
 

@@ -29,21 +29,10 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ConfigError, MixbenchError
-from harness.store.identity import Identity, run_identity
-from harness.llm_judge import (
-    DEFAULT_KEY_ENV,
-    EndpointConfig,
-    JudgeClient,
-    JudgeMode,
-    LocalJudge,
-    Reply,
-    ReplyCache,
-    check_reachable,
-    local_judge_id,
-    reply_key,
+from harness.kit import (
+    DEFAULT_KEY_ENV, EndpointConfig, Identity, JudgeClient, JudgeMode, LocalJudge, Reply, ReplyCache, ResultsStore,
+    check_reachable, local_judge_id, redact_url, reply_key, run_identity,
 )
-from harness.store.redaction import redact_url
-from harness.store.results import ResultsStore
 from harness.suite import AggregateRun
 from suites.judge.judging import Job, Session, ask_canaries, canary_report, judge_jobs, probe_mode
 from suites.judge.pools import Pool, find_pools

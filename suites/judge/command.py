@@ -23,8 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.running.evaluate import store_runs
-    from harness.store.results import ResultsStore
+    from harness.kit import ResultsStore, store_runs
     from suites.judge.arena import ArenaConfig, judge_runs
 
     cfg = ArenaConfig.from_env(

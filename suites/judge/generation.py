@@ -26,8 +26,7 @@ from harness.config import content_hash, to_dict
 from harness.errors import ConfigError, MixbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.model.backbone import MixerLM
-    from harness.corpus.data import Corpus
+    from harness.kit import Corpus, MixerLM
 
 _SENTENCE_START = re.compile(r"(?:^|(?<=[.!?])\s+)(?=[A-Z\"'(])")
 

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from harness import stats
 from harness.errors import MixbenchError
-from harness.llm_judge import GoldReply, JudgeCallFailed, JudgeClient, JudgeMode, Reply, ReplyCache
+from harness.kit import GoldReply, JudgeCallFailed, JudgeClient, JudgeMode, Reply, ReplyCache
 from suites.judge.canaries import CANARIES, Canary
 from suites.judge.prompts import Template
 from suites.judge.protocol import pair_preference

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.store.results import ResultsStore, RunRecord
+from harness.kit import ResultsStore, RunRecord
 from suites.judge.protocol import Comparison, make_comparisons
 
 

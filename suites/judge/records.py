@@ -26,9 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness import stats
-from harness.llm_judge import Reply
-from harness.store.identity import Identity
-from harness.store.manifest import RunManifest
+from harness.kit import Identity, Reply, RunManifest
 from harness.suite import AggregateRun, ItemValues, Metric, SuiteResult
 from suites.judge.judging import Session
 from suites.judge.pools import Pool
@@ -195,7 +193,7 @@ def rating_manifest(mixer: str, pool: Pool, session: Session, report: PoolReport
     """The rating run's manifest: the generation run's suite config, subject and gate (so the board places the
     row with the model's other judge cells), ``kind="aggregate"``, and the pool, judge and protocol in
     ``extra``."""
-    from harness.running.evaluate import build_manifest
+    from harness.kit import build_manifest
     from harness.registry import SUITES
 
     gen = pool.runs[mixer].manifest

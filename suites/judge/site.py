@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.store.results import RunRecord
+    from harness.kit import RunRecord
     from harness.suite import Metric, SiteKit
 
 MAX_PAIRS = 60  # judged pairs shown per pool

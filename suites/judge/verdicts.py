@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.llm_judge import Reply
+from harness.kit import Reply
 from suites.judge.prompts import parse_verdict
 
 _TEXT_SCORE = {"A": 1.0, "B": -1.0, "tie": 0.0}

@@ -32,9 +32,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from tqdm.auto import tqdm
 
-from harness.model.checkpoint import load_model
+from harness.kit import Tokenizer, load_model
 from harness.errors import MixbenchError
-from harness.corpus.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -288,18 +288,14 @@ def _configure(p) -> None:
 
 def _command(args) -> int:
     """``mixbench lm-eval``: the same as ``mixbench eval --suite lm-eval`` with the task options as flags."""
-    from harness.model.devices import resolve_device
-    from harness.running.evaluate import EvalOptions, evaluate
-    from harness.running.planned import PlannedRun
-    from harness.store.results import ResultsStore
+    from harness.kit import ResultsStore, evaluate_checkpoint
 
     overrides = {"include_path": args.include_path, "limit": args.limit, "num_fewshot": args.num_fewshot,
                  "batch_size": args.batch_size}
     # --tasks is always passed on, empty or not: `--tasks ""` must fail, never fall back to the default task
     overrides = {"tasks": args.tasks, **{k: v for k, v in overrides.items() if v not in (None, "")}}
-    run = PlannedRun.make("lm-eval", overrides, device=resolve_device(args.device))
-    options = EvalOptions(force=args.force, skip_gate=args.skip_gate)
-    outcome = evaluate(args.checkpoint, run, ResultsStore(args.results), options)
+    outcome = evaluate_checkpoint(args.checkpoint, "lm-eval", overrides, ResultsStore(args.results), args.device,
+                                  force=args.force, skip_gate=args.skip_gate)
     if outcome.skipped:
         print(f"run {outcome.run_id} (lm-eval) is already in {args.results}; nothing to do (--force reruns).")
     else:

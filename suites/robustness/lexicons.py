@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import MixbenchError
-from harness.store.storage import cache_dir as mixbench_cache, fill_folder_once
+from harness.kit import cache_dir as mixbench_cache, fill_folder_once
 
 if TYPE_CHECKING:  # pragma: no cover
     from nltk.corpus.reader import WordNetCorpusReader

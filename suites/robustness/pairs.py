@@ -28,8 +28,7 @@ from tqdm.auto import tqdm
 
 from harness.config import content_hash
 from harness.errors import MixbenchError
-from harness.store.storage import atomic_write
-from harness.corpus.tokenizer import digest_texts
+from harness.kit import atomic_write, digest_texts
 from suites.robustness.lexicons import lexicon_digest
 from suites.robustness.perturbations import PERTURBATIONS, Edit, Perturbed, perturb
 from suites.robustness.text import split_sentences, stable_int, words

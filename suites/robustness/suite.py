@@ -49,8 +49,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness.config import as_tuple
-from harness.corpus.data import SPLITS
-from harness.store.storage import cache_dir
+from harness.kit import SPLITS, cache_dir
 from harness.errors import ConfigError
 from harness.registry import register_suite
 from harness.stats import Interval, percentile_interval, resample_indices

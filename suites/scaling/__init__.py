@@ -21,8 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import stats
-from harness.model.memory import check_forward
-from harness.model.window_nll import document_nll
+from harness.kit import check_forward, document_nll
 from harness.errors import ConfigError
 from harness.registry import register_suite
 from harness.suite import AggregateRun, ItemValues, Metric, Suite, SuiteCommand, SuiteContext, SuiteResult

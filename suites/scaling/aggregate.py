@@ -15,8 +15,7 @@ from typing import Any
 from harness.config import ModelSpec, content_hash, from_dict, BackboneConfig
 from harness.errors import MixbenchError
 from harness.registry import SUITES
-from harness.store.identity import Identity, run_identity
-from harness.store.storage import cache_dir
+from harness.kit import Identity, cache_dir, run_identity
 from harness.suite import AggregateRun, Metric, SuiteResult
 from suites.scaling.analysis import PAPER_TARGETS, LadderAnalysis, analyze
 from suites.scaling.ladder import Ladder, collect_ladders
@@ -25,7 +24,7 @@ from suites.scaling.ladder import Ladder, collect_ladders
 def target_flops(ladder: Ladder) -> dict[str, dict[str, float]]:
     """Per series, the training FLOPs of each paper target: its width, depth and tokens with this ladder's mixer
     config, context and vocabulary (docs/scaling.md, "Predictions at the paper's sizes")."""
-    from harness.model.flops import spec_flops_per_token
+    from harness.kit import spec_flops_per_token
 
     out: dict[str, dict[str, float]] = {}
     for name, points in ladder.series.items():
@@ -68,7 +67,7 @@ def _metrics(analysis: LadderAnalysis, name: str) -> list[Metric]:
 
 def ladder_runs(store, cfg: Any, suite: str, progress: bool) -> list[AggregateRun]:
     """Fit every ladder of ``suite``'s runs in ``store``; the runs to write (the core writes them)."""
-    from harness.running.evaluate import build_manifest
+    from harness.kit import build_manifest
     from suites.scaling.plots import draw_ladder
 
     entry = SUITES.get(suite)

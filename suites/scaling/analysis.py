@@ -75,7 +75,7 @@ def _ladder_point(p: Point) -> LadderPoint:
 def preset_noise(preset: str | None) -> SeedNoise | None:
     """The preset's measured seed spread of the held-out loss (its recipe file, docs/protocol.md "Seeds"): the
     fallback for rungs trained with one seed."""
-    from harness.model.recipes import NLL_SCALE, seed_spread
+    from harness.kit import NLL_SCALE, seed_spread
 
     try:
         spread = seed_spread(preset or "")

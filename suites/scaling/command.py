@@ -29,12 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.kit import ResultsStore, load_plan, run_plan_grid, write_aggregate
     from harness.registry import SUITES
-    from harness.running.evaluate import write_aggregate
-    from harness.running.plan import load_plan
-    from harness.running.plan_commands import plan_device
-    from harness.running.runner import run_requests
-    from harness.store.results import ResultsStore
     from suites.scaling.report import render_ladders
 
     plan = load_plan(args.plan or DEFAULT_LADDER)
@@ -46,9 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if args.fit_only:
         write_aggregate(store, suite, progress=not args.no_progress)
     else:
-        reqs = plan.requests(plan_device(plan, args.device), progress=not args.no_progress,
-                             plugins=tuple(args.plugin), yes=args.yes)
-        report = run_requests(reqs, store, keep_going=args.keep_going)  # fits every ladder at its end
+        report = run_plan_grid(plan, store, args.device, progress=not args.no_progress, plugins=tuple(args.plugin),
+                               yes=args.yes, keep_going=args.keep_going)  # fits every ladder at its end
         print(report.render())
         if report.failures:
             return 1

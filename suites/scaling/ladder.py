@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.config import PRESETS, content_hash
-from harness.reporting.render import si
-from harness.store.results import RunRecord
+from harness.kit import RunRecord, si
 
 #: the per-model metric the fits read: the token-weighted mean NLL, with per-document items
 LOSS_METRIC = "loss"

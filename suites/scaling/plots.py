@@ -11,8 +11,7 @@ def draw_ladder(info: dict[str, Any], path: Path) -> Path:
     """One PNG of a ladder's analysis (:func:`suites.scaling.analysis.analyze`'s JSON)."""
     from matplotlib.ticker import FuncFormatter
 
-    from harness.reporting.plotting import figure, save
-    from harness.reporting.render import si
+    from harness.kit import figure, save, si
 
     fig, axes = figure(8.0, 5.0)
     ax = axes[0][0]

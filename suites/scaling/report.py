@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.reporting.render import si
+from harness.kit import si
 
 
 def _ci(value: float, pair: list[float] | None, fmt: str = "{:.3g}") -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.model.batching import IGNORE_INDEX
+from harness.kit import IGNORE_INDEX
 from harness.config import to_dict
 from harness.errors import ConfigError
 

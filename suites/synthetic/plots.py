@@ -15,7 +15,7 @@ def plot_accuracy_vs_state(rows: Sequence[dict[str, Any]], path: Path, title: st
     import matplotlib
     from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter
 
-    from harness.reporting.plotting import figure, save
+    from harness.kit import figure, save
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     mixers = list(dict.fromkeys(r["mixer"] for r in rows))

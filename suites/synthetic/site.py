@@ -16,10 +16,10 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from harness.reporting.board import pareto_front
+from harness.kit import pareto_front
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.store.results import RunRecord
+    from harness.kit import RunRecord
     from harness.suite import Metric, SiteKit
 
 PLOT_NAME = "synthetic_accuracy_vs_state.png"

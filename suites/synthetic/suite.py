@@ -33,8 +33,7 @@ from typing import Any, ClassVar
 import torch
 
 from harness.config import BackboneConfig, ModelSpec, as_tuple, to_dict
-from harness.model.memory import Estimate, check_fits, check_training
-from harness.model.specs import validate_model
+from harness.kit import Estimate, check_fits, check_training, validate_model
 from harness.errors import ConfigError
 from harness.registry import MIXERS, register_suite
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult

@@ -26,10 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from harness.model.backbone import MixerLM, RMSNorm, build_model
+from harness.kit import MixerLM, RMSNorm, adamw, build_model, lr_at, param_groups
 from harness.config import ModelSpec, TrainConfig
 from harness.errors import NonFiniteLossError
-from harness.running.training import adamw, lr_at, param_groups
 from suites.synthetic.data import IGNORE, TaskData
 from suites.synthetic.scoring import score_split
 

@@ -51,10 +51,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.model.backbone import build_model
+from harness.kit import build_model, device_descriptor, load_average
 from harness.config import ModelSpec, as_tuple, to_dict
 from harness.errors import ConfigError
-from harness.store.provenance import device_descriptor, load_average
 from harness.registry import register_suite
 from harness.stats import Interval, percentile_interval
 from harness.suite import Metric, Suite, SuiteContext, SuiteResult
@@ -427,8 +426,7 @@ def _progress(points: dict[str, Point]) -> str:
     measured model is than the second one (the reference, else the floor), as the ratio of the two printed times
     with the division shown: the run's ``<mode>_time_ratio`` is the median of per-round ratios instead, which a
     reader could not check against the printed times."""
-    from harness.reporting.render import fmt
-    from harness.reporting.run_report import speed_ratio_text
+    from harness.kit import fmt, speed_ratio_text
 
     ms = {name: fmt(p.seconds * 1e3) if p.seconds else "" for name, p in points.items()}
     shown = ", ".join(("" if name == "measured" else f"{name} ") + (f"{ms[name]} ms" if ms[name] else p.status)

@@ -31,9 +31,8 @@ from pathlib import Path
 
 import torch
 
-from harness.model.memory import peak_bytes
+from harness.kit import lm_loss, peak_bytes
 from harness.timing import Candidate, Ratio, interleaved
-from harness.running.training import lm_loss
 
 MODES = ("prefill", "train", "decode")
 

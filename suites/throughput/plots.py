@@ -6,7 +6,7 @@ from pathlib import Path
 
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from harness.reporting.plotting import figure, save
+from harness.kit import figure, save
 
 TITLES = {"decode": "decode (s/token)", "prefill": "prefill (s)", "train": "train fwd+bwd (s)"}
 
