@@ -1,5 +1,5 @@
-"""The layers of docs/ARCHITECTURE.md, checked by walking every import: the core names no suite or mixer, a suite
-imports no other suite and no mixer, a mixer imports no suite."""
+"""The layers of docs/ARCHITECTURE.md, checked by walking every import: the core names no suite or mixer, a plugin
+imports only the API modules and the kit, a suite imports no other suite and no mixer, a mixer imports no suite."""
 
 from __future__ import annotations
 
@@ -108,6 +108,54 @@ def test_a_reproduction_target_imports_no_suite_and_no_mixer():
     """Targets name suites and mixers by their registered names (docs/reproductions.md): a target that imported
     a suite's internals would break when the suite is reshaped, and would load it before the registry does."""
     assert _violations("reproductions", lambda rel, name: name.split(".")[0] in ("harness", "reproductions")) == []
+
+
+#: the plugin API (docs/ARCHITECTURE.md, "Layers and imports"): the only core modules a suite, mixer or
+#: reproduction target imports; what else it needs from the core is a name in the kit (harness/kit.py)
+PLUGIN_API = {
+    "harness", "harness.errors", "harness.registry", "harness.suite", "harness.mixer", "harness.values",
+    "harness.config", "harness.stats", "harness.reproduction", "harness.recording", "harness.timing", "harness.kit",
+}
+
+
+def _outside_the_api(root: Path) -> list[str]:
+    """``file:line imports module`` for every import (module-level or in a function) of a core module outside
+    :data:`PLUGIN_API` in the Python files under ``root``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for line, name in _imports(path):
+            if name.split(".")[0] == "harness" and name not in PLUGIN_API:
+                out.append(f"{path.relative_to(root.parent)}:{line} imports {name}")
+    return out
+
+
+def test_plugins_import_only_the_api_and_the_kit(tmp_path):
+    packages = ("suites", "mixers", "reproductions", "examples")  # the worked examples are what plugin authors copy
+    assert [v for package in packages for v in _outside_the_api(REPO / package)] == []
+    planted = tmp_path / "suites" / "planted"
+    planted.mkdir(parents=True)
+    (planted / "suite.py").write_text("from harness.kit import window_nll\n\n\ndef run():\n"
+                                      "    import harness.store.results\n"
+                                      "    from harness.running.runner import run_requests\n")
+    assert _outside_the_api(tmp_path / "suites") == ["suites/planted/suite.py:5 imports harness.store.results",
+                                                      "suites/planted/suite.py:6 imports harness.running.runner"]
+
+
+def test_every_kit_name_resolves_and_the_kit_loads_lazily():
+    """Each name of ``harness.kit.__all__`` is the object of the core module the kit maps it to; importing the kit
+    (in a fresh interpreter, after ``harness``) loads nothing else: no torch, none of those modules."""
+    import importlib
+    import subprocess
+    import sys
+
+    import harness.kit as kit
+
+    assert len(set(kit.__all__)) == len(kit.__all__) and set(kit.__all__) == set(kit._HOME)
+    for name in kit.__all__:
+        assert getattr(kit, name) is getattr(importlib.import_module(kit._HOME[name]), name), name
+    code = "import sys, harness\nbefore = set(sys.modules)\nimport harness.kit\nprint(sorted(set(sys.modules) - before))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "['harness.kit']", out.stdout + out.stderr
 
 
 def _calls_by_function(path: Path, attrs: set[str]) -> list[tuple[str, int, str]]:
