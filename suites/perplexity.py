@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from harness.kit import IGNORE_INDEX, check_forward, window_nll
+from harness.kit import IGNORE_INDEX, check_forward, position_buckets, window_nll
 from harness.errors import ConfigError
 from harness.registry import register_suite
 from harness import stats
@@ -90,15 +90,6 @@ def context_buckets(context: int) -> list[tuple[int, int]]:
     """[0, 4), [4, 64), [64, context): the positions the context-use comparison reads (fewer at short contexts)."""
     edges = [e for e in CONTEXT_EDGES if e < context] + [context]
     return list(zip(edges, edges[1:]))
-
-
-def position_buckets(context: int) -> list[tuple[int, int]]:
-    """[0, 16), [16, 32), [32, 64), ... up to the context: log2-spaced target positions."""
-    edges = [0, 16]
-    while edges[-1] < context:
-        edges.append(edges[-1] * 2)
-    edges[-1] = context
-    return [(a, b) for a, b in zip(edges, edges[1:]) if a < b]
 
 
 @register_suite("perplexity", config=PerplexityConfig)
