@@ -120,7 +120,7 @@ def _build(task: str, vocab: Vocabulary, rng: np.random.Generator, depth: float 
         else:
             name = NAMES[rng.integers(len(NAMES))]
             needle = np.concatenate([t(f" The special magic number for {name} is"), vocab.number(keys[0]), t(".")])
-            question = t(f" What is the special magic number for {name}? It is")
+            question = t(f" What is the special magic number for {name}? The special magic number for {name} is")
         facts = [(depth, needle)]
         candidates = keys
     elif task == "niah_multikey":
@@ -129,7 +129,7 @@ def _build(task: str, vocab: Vocabulary, rng: np.random.Generator, depth: float 
         facts = [(depth if j == 0 else float(rng.random()),
                   np.concatenate([t(f" The number for {names[j]} is"), vocab.number(keys[j]), t(".")]))
                  for j in range(k)]
-        question = t(f" What is the number for {names[0]}? It is")
+        question = t(f" What is the number for {names[0]}? The number for {names[0]} is")
         candidates = keys
     elif task == "variable_tracking":
         keys = _keys(rng, k, s.key_digits)
@@ -169,17 +169,15 @@ def min_length(task: str, vocab: Vocabulary, s: TaskSettings) -> int:
 def make_example(task: str, vocab: Vocabulary, filler: np.ndarray, length: int, depth: float | None, index: int,
                  rng: np.random.Generator, s: TaskSettings) -> Example:
     """An example of ``length`` tokens (prefix and answer): the facts inserted into a random stretch of ``filler``
-    at their depths (a fact at depth 0 opens the filler, at depth 1 closes it, just before the question)."""
+    at their depths (a fact at depth 0 opens the filler, at depth 1 closes it, just before the question). The
+    stretch starts at a random token and wraps around the filler's end, so any length can be built."""
     facts, question, candidates, answer = _build(task, vocab, rng, depth, s)
     budget = length - 1 - sum(len(f) for _, f in facts) - len(question) - candidates.shape[1]
     if budget < 0:
-        raise ConfigError(f"long-context: a {task} example needs more than {length} tokens (its facts, question and "
-                          f"answer take {length - budget}); use longer lengths.")
-    if len(filler) <= budget:
-        raise ConfigError(f"long-context: the filler text has {len(filler)} tokens, fewer than the {budget} a "
-                          f"{length}-token example needs.")
-    start = int(rng.integers(0, len(filler) - budget))
-    stretch = filler[start:start + budget]
+        raise ConfigError(f"long-context: a {task} example needs at least {length - budget} tokens (its facts, "
+                          f"question and answer), more than {length}; use longer lengths.")
+    start = int(rng.integers(0, len(filler)))
+    stretch = filler[(start + np.arange(budget)) % len(filler)]  # wraps around: lengths past the filler's repeat it
     cuts = [min(budget, int(round(d * budget))) for d, _ in facts]
     pieces, last = [np.array([vocab.bos], dtype=np.int64)], 0
     for j in sorted(range(len(facts)), key=lambda j: (cuts[j], facts[j][0], j)):  # stable: a chain keeps its order
