@@ -29,7 +29,7 @@ def _common(results: bool = True) -> argparse.ArgumentParser:
 
 
 def _training_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large (default: quick)")
+    p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large | long (default: quick)")
     _backbone_arg(p)
     p.add_argument("--data", default=None, help="'embedded' (default), a local file/folder, or hub:NAME")
     p.add_argument("--text-field", default=None, help="field holding the text in json/parquet data (default: text)")
@@ -230,7 +230,7 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     _gate_args(p)
 
     p = sub.add_parser("quickstart", parents=[_common()], help="the embedded default: train, score, print the leaderboard")
-    p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large (default: quick)")
+    p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large | long (default: quick)")
     p.add_argument("--seeds", default="0",
                    help="comma-separated training seeds (default: 0; the reference board runs 0,1,2)")
     p.add_argument("--workers", type=int, default=None,

@@ -225,6 +225,18 @@ PRESETS: dict[str, Preset] = {
             match="params",
             match_reference=MATCH_REFERENCE,
         ),
+        Preset(
+            "long",
+            # The long-context suite on a 2-core CPU (docs/long_context.md): quick's data, budget and residual gate
+            # at four times its context and half its width, so a step costs about what quick's does. Untuned: no
+            # recipe file, every mixer at the preset's learning rate (marked on the board).
+            dict(d_model=64, n_layers=4, context=1024, residual_gates="mixer"),
+            dict(token_budget=327_680, batch_size=1, lr=3e-3, eval_every=80, checkpoint_every=80),
+            vocab_size=512,
+            description="long context (1024 tokens) on a 2-core CPU",
+            match="params",
+            match_reference=MATCH_REFERENCE,
+        ),
     ]
 }
 

@@ -17,9 +17,9 @@ def tiny(mixer: str, **kw) -> torch.nn.Module:
 
 
 def test_presets_are_the_public_ones():
-    assert list(PRESETS) == ["tiny", "quick", "paper-small", "paper-large"]
+    assert list(PRESETS) == ["tiny", "quick", "paper-small", "paper-large", "long"]
     assert [(p.backbone["d_model"], p.backbone["n_layers"], p.backbone["context"]) for p in PRESETS.values()] == [
-        (64, 2, 128), (128, 4, 256), (256, 6, 256), (512, 12, 512)]
+        (64, 2, 128), (128, 4, 256), (256, 6, 256), (512, 12, 512), (64, 4, 1024)]
     assert BackboneConfig(**get_preset("paper-small").backbone, vocab_size=10).ffn_dim == 688  # int(2.7 h)//16*16
 
 

@@ -27,6 +27,7 @@ suites:
   interpretability: {parts: "units,null,interventions", profile_tokens: 2048, intervene_tokens: 2048, max_units_per_layer: 4}
   judge: {n_prompts: 2, max_new_tokens: 8}
   lm-eval: {limit: 24}
+  long-context: {factor: 2, max_windows: 4, bootstrap: 50, tasks: [passkey], lengths: [1.0, 2.0], depths: [0.5], examples: 2, finetune_steps: 2, finetune_batch: 2}
   synthetic: {tasks: [mqar], settings: "mqar:seq_len=32,num_kv_pairs=2,num_train_examples=64,vocab_size=64", d_model: 16, max_steps: 4, eval_every: 2, lrs: [0.003], valid_examples: 8, test_examples: 16, extrapolation: []}
 train: {token_budget: 8192}
 data: {max_train_docs: 30}
@@ -38,6 +39,7 @@ SECTIONS = {
     "interpretability": "Units and interventions",
     "judge": "LLM-judge ratings",
     "synthetic": "Synthetic tasks: accuracy against decode state",
+    "long-context": "Loss by position",
 }
 
 
@@ -53,7 +55,8 @@ def test_real_runs_of_every_suite_publish_their_own_sections(tmp_path, monkeypat
         assert main(["run", str(plan), "--results", str(results), "--no-progress"]) == 0
     assert main(["publish", "--results", str(results), "--out", str(site)]) == 0
     pages = {p.name.rsplit("-", 1)[0]: p.read_text() for p in (site / "suites").glob("*.html")}
-    assert set(pages) == {"perplexity", "robustness", "glue", "interpretability", "judge", "lm-eval", "synthetic"}
+    assert set(pages) == {"perplexity", "robustness", "glue", "interpretability", "judge", "lm-eval", "synthetic",
+                          "long-context"}
     for suite, heading in SECTIONS.items():
         assert heading in pages[suite], suite
     for page in site.rglob("*.html"):

@@ -201,15 +201,14 @@ class LongContext(Suite):
         tokenizer = ctx.corpus.tokenizer
         vocab = Vocabulary(tokenizer, [d.ids for d in ctx.corpus.encode_split("test")])
         lengths = self._lengths(context)
-        for task in cfg.tasks:
-            need = min_length(task, vocab, settings)
-            if need > lengths[0]:
-                raise ConfigError(f"long-context: a {task} example needs at least {need} tokens, more than the "
-                                  f"shortest length {lengths[0]} ({min(cfg.lengths):g} x the context {context}); "
-                                  f"raise lengths or drop the task.")
         readable = {n: self._past(model, n) if n > context else (True, None) for n in lengths}
-        grid = make_grid(vocab, vocab.filler, cfg.tasks, [n for n in lengths if readable[n][0]], cfg.depths,
-                         cfg.examples, cfg.seed, settings)
+        need = {task: min_length(task, vocab, settings) for task in cfg.tasks}
+        grid = [e for task in cfg.tasks for e in make_grid(
+            vocab, vocab.filler, (task,), [n for n in lengths if readable[n][0] and n >= need[task]], cfg.depths,
+            cfg.examples, cfg.seed, settings)]
+        if not any(e.length <= context for e in grid):
+            raise ConfigError(f"long-context: no retrieval task fits the lengths within the context {context} "
+                              f"(they need {need} tokens); raise lengths or drop tasks.")
         phases = {"zs": model}
         info: dict[str, Any] = {"lengths": lengths, "depths": list(cfg.depths), "k": cfg.candidates, "cells": {},
                                 "finetune": None}
@@ -217,10 +216,10 @@ class LongContext(Suite):
             stream = ctx.corpus.train_tokens  # training text: the fine-tune never sees the scored filler
             starts = np.linspace(0, max(0, len(stream) - FINETUNE_CHUNK), FINETUNE_CHUNKS).astype(int)
             tune_vocab = Vocabulary(tokenizer, [stream[s:s + FINETUNE_CHUNK] for s in starts])
-            need = cfg.finetune_steps * cfg.finetune_batch
-            per_cell = -(-need // (len(cfg.tasks) * len(cfg.depths)))
-            tune = make_grid(tune_vocab, tune_vocab.filler, cfg.tasks, [context], cfg.depths, per_cell,
-                             cfg.seed + 1, settings)
+            wanted = cfg.finetune_steps * cfg.finetune_batch
+            per_cell = -(-wanted // (len(cfg.tasks) * len(cfg.depths)))
+            tune = make_grid(tune_vocab, tune_vocab.filler, [t for t in cfg.tasks if need[t] <= context], [context],
+                             cfg.depths, per_cell, cfg.seed + 1, settings)
             phases["ft"] = fine_tune(model, tune, cfg.finetune_steps, cfg.finetune_batch, cfg.finetune_lr, cfg.seed,
                                      "long-context fine-tune", ctx.progress)
             info["finetune"] = {"steps": cfg.finetune_steps, "batch": cfg.finetune_batch, "lr": cfg.finetune_lr,
@@ -235,6 +234,9 @@ class LongContext(Suite):
 
             def acc(name: str, mask: np.ndarray, role: str = "diagnostic", unreliable: str | None = None,
                     items: bool = True) -> Metric:
+                if not mask.any():
+                    return Metric(name, math.nan, True, role=role, unit="accuracy", chance=chance, perfect=1.0,
+                                  unreliable=unreliable or "not measured: no example of this task fits these lengths")
                 value, interval = _rate(hits[mask], cfg.confidence)
                 chosen = np.flatnonzero(mask)
                 return Metric(name, value, True, role=role, interval=interval, n=int(mask.sum()), unit="accuracy",
@@ -259,10 +261,12 @@ class LongContext(Suite):
                     for depth in depths:
                         mask = np.array([e.task == task and e.length == n and e.depth == depth for e in grid])
                         value, interval = _rate(hits[mask], cfg.confidence) if mask.any() else (math.nan, None)
+                        short = (f"not measured: a {task} example needs {need[task]} tokens"
+                                 if n < need[task] else None)
                         cells.append({"task": task, "length": n, "depth": depth, "n": int(mask.sum()),
                                       "accuracy": None if math.isnan(value) else value,
                                       "interval": None if interval is None else [interval.low, interval.high],
-                                      "note": readable[n][1]})
+                                      "note": short or readable[n][1]})
         return metrics, info
 
     @classmethod

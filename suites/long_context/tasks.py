@@ -191,12 +191,13 @@ def make_example(task: str, vocab: Vocabulary, filler: np.ndarray, length: int, 
 def make_grid(vocab: Vocabulary, filler: np.ndarray, tasks: Sequence[str], lengths: Sequence[int],
               depths: Sequence[float], per_cell: int, seed: int, s: TaskSettings) -> list[Example]:
     """Every task x length x depth cell with ``per_cell`` examples (``frequent_words``: ``per_cell`` times the
-    number of depths per length, so every task has as many examples), each cell from its own generator."""
+    number of depths per length, so every task has as many examples), each cell from its own generator, seeded by
+    the task, length and depth (not by the other tasks, lengths or depths asked for)."""
     out: list[Example] = []
-    for ti, task in enumerate(tasks):
+    for task in tasks:
         for length in lengths:
             cells = [(d, per_cell) for d in depths] if task in DEPTH_TASKS else [(None, per_cell * len(depths))]
-            for di, (depth, n) in enumerate(cells):
-                rng = np.random.default_rng([seed, ti, length, di])
+            for di, (depth, n) in enumerate(cells):  # a cell's examples do not depend on which others are asked
+                rng = np.random.default_rng([seed, TASKS.index(task), length, round(1000 * (depth or 0)), di])
                 out += [make_example(task, vocab, filler, length, depth, i, rng, s) for i in range(n)]
     return out
