@@ -27,7 +27,8 @@ suites:
   interpretability: {parts: "units,null,interventions", profile_tokens: 2048, intervene_tokens: 2048, max_units_per_layer: 4}
   judge: {n_prompts: 2, max_new_tokens: 8}
   lm-eval: {limit: 24}
-  long-context: {factor: 2, max_windows: 4, bootstrap: 50, tasks: [passkey], lengths: [1.0, 2.0], depths: [0.5], examples: 2, finetune_steps: 2, finetune_batch: 2}
+  long-context: {factor: 2, max_windows: 4, bootstrap: 50, tasks: [passkey], lengths: [1.0, 2.0], depths: [0.5],
+                 examples: 2, finetune_steps: 2, finetune_batch: 2}
   synthetic: {tasks: [mqar], settings: "mqar:seq_len=32,num_kv_pairs=2,num_train_examples=64,vocab_size=64", d_model: 16, max_steps: 4, eval_every: 2, lrs: [0.003], valid_examples: 8, test_examples: 16, extrapolation: []}
 train: {token_budget: 8192}
 data: {max_train_docs: 30}

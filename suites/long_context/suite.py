@@ -121,12 +121,20 @@ class LongContext(Suite):
         return sorted({max(1, int(round(f * context))) for f in self.cfg.lengths})
 
     def validate(self, model) -> None:
-        context = model.config.context
-        cfg = self.cfg
-        longest = max([cfg.factor * context] + self._lengths(context))
-        if _refusal(model, longest) is None or cfg.past_training == "score":
-            check_forward(model, cfg.batch_size, cfg.factor * context, f"long-context: {cfg.batch_size} windows of "
-                          f"{cfg.factor * context:,} tokens", "lower factor or batch_size (--suite-config ...)")
+        """Refuse, before any data is read, what would not fit the device's memory: the loss windows, the retrieval
+        rows at the longest length the model will read and the fine-tune's batch (docs/memory.md)."""
+        cfg, context = self.cfg, model.config.context
+        window = cfg.factor * context if self._past(model, cfg.factor * context)[0] else context
+        check_forward(model, cfg.batch_size, window, f"long-context: {cfg.batch_size} windows of {window:,} tokens",
+                      "lower factor or batch_size (--suite-config ...)")
+        if cfg.tasks:
+            longest = max([n for n in self._lengths(context) if n <= context or self._past(model, n)[0]])
+            rows = max(1, cfg.batch_rows // cfg.candidates) * cfg.candidates
+            check_forward(model, rows, longest, f"long-context: {rows} candidate rows of {longest:,} tokens",
+                          "lower batch_rows or lengths (--suite-config ...)")
+        if cfg.tasks and cfg.finetune_steps:
+            check_forward(model, cfg.finetune_batch, context, f"long-context: fine-tuning on {cfg.finetune_batch} "
+                          f"examples of {context:,} tokens", "lower finetune_batch (--suite-config ...)", backward=True)
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
         self.validate(model)
