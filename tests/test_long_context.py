@@ -88,6 +88,7 @@ def test_buckets_match_a_naive_loop_over_a_closed_form_nll():
     assert long_buckets(100, 8) == [(0, 16), (16, 32), (32, 64), (64, 100), (100, 200), (200, 400), (400, 800)]
     sums = np.zeros((len(docs), len(buckets)))
     counts = np.zeros_like(sums)
+    gain = 0.0  # past C: NLL at its position in the long window minus NLL with the context restarted every C
     for d, ids in enumerate(docs):  # windows of factor*C targets, consecutive ones sharing one token
         for start in range(0, len(ids) - 1, factor * C):
             window = ids[start:start + factor * C + 1]
@@ -95,6 +96,9 @@ def test_buckets_match_a_naive_loop_over_a_closed_form_nll():
                 b = next(i for i, (lo, hi) in enumerate(buckets) if lo <= t < hi)
                 sums[d, b] += closed_form_nll(window[t], window[t + 1], t)
                 counts[d, b] += 1
+                if t >= C:
+                    gain += closed_form_nll(window[t], window[t + 1], t) - closed_form_nll(window[t], window[t + 1],
+                                                                                           t % C)
     cfg = LongContextConfig(factor=factor, tasks=(), bootstrap=200, batch_size=3)
     metrics = _run(PositionModel(True), cfg, TokenCorpus(docs))
     for b, (lo, hi) in enumerate(buckets):
@@ -108,6 +112,8 @@ def test_buckets_match_a_naive_loop_over_a_closed_form_nll():
     far = sums[:, 2:].sum() / counts[:, 2:].sum()
     near = sums[:, 1].sum() / counts[:, 1].sum()
     assert metrics["extrapolation"].value == pytest.approx(far - near, rel=1e-6)  # float32 logits
+    assert metrics["far_context_gain"].value == pytest.approx(gain / counts[:, 2:].sum(), rel=1e-5)
+    assert metrics["far_context_gain"].n == counts[:, 2:].sum()
     # the logit grows with t, so a repeated token is ever cheaper and every other ever dearer: the loss rises here
     # (random ids repeat 1 time in 23), and no bucket falls below the one before
     assert metrics["context_used"].value == 16
@@ -120,7 +126,8 @@ def test_buckets_match_a_naive_loop_over_a_closed_form_nll():
         else:
             assert math.isnan(refused[name].value) and refused[name].unreliable.startswith("not measured")
             assert "longer than this model supports" in refused[name].unreliable
-    assert math.isnan(refused["extrapolation"].value) and refused["extrapolation"].unreliable
+    for name in ("extrapolation", "far_context_gain"):
+        assert math.isnan(refused[name].value) and refused[name].unreliable.startswith("not measured")
     opted = _run(PositionModel(False), LongContextConfig(factor=factor, tasks=(), bootstrap=200,
                                                          past_training="score"), TokenCorpus(docs))
     assert opted["nll_pos_64-127"].value == metrics["nll_pos_64-127"].value

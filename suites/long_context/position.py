@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import stats
+from harness.corpus.data import Window
 from harness.model.window_nll import position_buckets
 
 
@@ -85,4 +86,24 @@ def extrapolation(nll: np.ndarray, tokens: np.ndarray, buckets: list[tuple[int, 
         return _ratio(a, b, axis) - _ratio(c, d, axis)
 
     return stats.bootstrap((f_nll[use], f_tok[use], n_nll[use], n_tok[use]), statistic, n_resamples=n_resamples,
+                           level=level, seed=seed)
+
+
+def restarted_windows(windows: list[Window], context: int) -> list[Window]:
+    """The targets at positions ``context`` on of each window, in windows of ``context`` tokens that restart the
+    context every ``context`` targets: the same targets, read with at most ``context`` tokens before them."""
+    return [Window(w.doc_index, w.start + j, w.ids[j:j + context + 1])
+            for w in windows for j in range(context, len(w.ids) - 1, context)]
+
+
+def far_context_gain(long_nll: np.ndarray, short_nll: np.ndarray, tokens: np.ndarray, n_resamples: int,
+                     level: float, seed: int) -> stats.BootstrapResult | None:
+    """Per target past the training context: NLL read with the whole long window minus NLL of the same target read
+    with at most the training context (:func:`restarted_windows`), token-weighted, resampling documents. Both
+    terms score the same tokens, so the text's own variation cancels: negative, the model gains from what lies
+    past its training context; positive, reading that far hurts it."""
+    use = tokens > 0
+    if not use.any():
+        return None
+    return stats.bootstrap((long_nll[use] - short_nll[use], tokens[use]), _ratio, n_resamples=n_resamples,
                            level=level, seed=seed)

@@ -42,11 +42,12 @@ from harness import stats
 from harness.corpus.data import Window
 from harness.errors import ConfigError
 from harness.model.memory import check_forward
-from harness.model.window_nll import bucket_nll
+from harness.model.window_nll import bucket_nll, document_nll
 from harness.registry import register_suite
 from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
 from harness.values import option
-from suites.long_context.position import bucket_losses, context_used, extrapolation, long_buckets
+from suites.long_context.position import (bucket_losses, context_used, extrapolation, far_context_gain,
+                                           long_buckets, restarted_windows)
 from suites.long_context.retrieval import candidate_loglik, correct, fine_tune
 from suites.long_context.site import site_section
 from suites.long_context.tasks import DEPTH_TASKS, TASKS, TaskSettings, Vocabulary, make_grid, min_length
@@ -107,8 +108,8 @@ def _rate(values: np.ndarray, level: float) -> tuple[float, stats.Interval | Non
 
 @register_suite("long-context", config=LongContextConfig)
 class LongContext(Suite):
-    headline: ClassVar[tuple[str, ...]] = ("retrieval_ft", "retrieval_zs", "extrapolation", "context_used",
-                                           "nll_pos_*")
+    headline: ClassVar[tuple[str, ...]] = ("retrieval_ft", "retrieval_zs", "far_context_gain", "extrapolation",
+                                           "context_used", "nll_pos_*")
     #: a sanity read, not a measurement (docs/long_context.md, "Cost"): 8 windows of 4x the context, passkey and
     #: multi-key needles at the training length and half depth, 8 examples each, zero-shot only; 3-5 s per
     #: quick-preset model on the 2-core CPU, where the default takes minutes
@@ -188,14 +189,30 @@ class LongContext(Suite):
         else:
             used_note = why if used > context else None
         metrics.append(Metric("context_used", float(used), True, unit="tokens", unreliable=used_note))
+        far = [j for j, (a, _) in enumerate(buckets) if a >= context]
         ext = extrapolation(nll, tokens, buckets, context, cfg.bootstrap, cfg.confidence, cfg.seed) if read else None
         if ext is None:
             metrics.append(Metric("extrapolation", math.nan, False, unit="nats/token",
                                   unreliable=why or "not measured: no targets past the training context"))
         else:
             metrics.append(Metric("extrapolation", ext.point, False, interval=ext.interval, unit="nats/token",
-                                  n=int(tokens[:, [j for j, (a, _) in enumerate(buckets) if a >= context]].sum()),
-                                  unreliable=why))
+                                  n=int(tokens[:, far].sum()), unreliable=why))
+        gain = None
+        if read:  # the far targets again, each read with at most the training context before it
+            short_nll, short_tokens = document_nll(model, restarted_windows(windows, context), len(docs),
+                                                   cfg.batch_size, ctx.corpus.tokenizer.pad_id)
+            long_nll, long_tokens = nll[:, far].sum(1), tokens[:, far].sum(1)
+            assert np.array_equal(short_tokens, long_tokens), "restarted windows must hold the same targets"
+            gain = far_context_gain(long_nll, short_nll, long_tokens, cfg.bootstrap, cfg.confidence, cfg.seed)
+        if gain is None:
+            metrics.append(Metric("far_context_gain", math.nan, False, unit="nats/token",
+                                  unreliable=why or "not measured: no targets past the training context"))
+        else:
+            use = np.flatnonzero(long_tokens > 0)
+            per_doc = (long_nll - short_nll)[use] / long_tokens[use]
+            items = ItemValues(tuple(docs[d].doc_id for d in use), tuple(per_doc), tuple(long_tokens[use]))
+            metrics.append(Metric("far_context_gain", gain.point, False, interval=gain.interval, unit="nats/token",
+                                  n=int(long_tokens.sum()), items=items, unreliable=why))
         info = {"context": context, "factor": cfg.factor, "window": window, "buckets": buckets,
                 "windows": len(windows), "documents": int((tokens.sum(1) > 0).sum()), "past_training": why or "read",
                 "losses": [None if m is None else [m.value, *((m.interval.low, m.interval.high) if m.interval
