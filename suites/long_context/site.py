@@ -53,9 +53,9 @@ def site_section(runs: "list[RunRecord]", kit: "SiteKit") -> str:
         return ""
     names = [m.name for m in newest[0].metrics if m.name.startswith("nll_pos_")]
     parts = ["<h2>Loss by position</h2>"]
-    header = ("model", *(n.removeprefix("nll_pos_") for n in names), "context used", "extrapolation")
-    rows = [(_plain_label(run), *(_cell(run.metric(n)) for n in names), _cell(run.metric("context_used")),
-             _cell(run.metric("extrapolation"))) for run in newest]
+    readouts = ("context_used", "extrapolation", "far_context_gain")
+    header = ("model", *(n.removeprefix("nll_pos_") for n in names), *(r.replace("_", " ") for r in readouts))
+    rows = [(_plain_label(run), *(_cell(run.metric(n)) for n in (*names, *readouts))) for run in newest]
     parts.append(kit.table(header, rows, "NLL per token (nats) of targets at these window positions, 95% bootstrap "
                                          "interval over documents; * marked unreliable (scored past training by "
                                          "opt-in, or a lower bound); not measured: the model may not read that far"))

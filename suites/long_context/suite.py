@@ -110,11 +110,11 @@ def _rate(values: np.ndarray, level: float) -> tuple[float, stats.Interval | Non
 class LongContext(Suite):
     headline: ClassVar[tuple[str, ...]] = ("retrieval_ft", "retrieval_zs", "far_context_gain", "extrapolation",
                                            "context_used", "nll_pos_*")
-    #: a sanity read, not a measurement (docs/long_context.md, "Cost"): 8 windows of 4x the context, passkey and
-    #: multi-key needles at the training length and half depth, 8 examples each, zero-shot only; 3-5 s per
-    #: quick-preset model on the 2-core CPU, where the default takes minutes
+    #: a sanity read, not a measurement (docs/long_context.md, "Cost"): 8 windows of twice the context, passkey and
+    #: multi-key needles at the training length and half depth, 8 examples each, zero-shot only; 3-6 s per
+    #: quick-preset model on the 2-core CPU, where the default takes 1-6 minutes
     quickstart: ClassVar[dict[str, Any] | None] = {
-        "factor": 4, "max_windows": 8, "tasks": ("passkey", "niah_multikey"), "lengths": (1.0,), "depths": (0.5,),
+        "factor": 2, "max_windows": 8, "tasks": ("passkey", "niah_multikey"), "lengths": (1.0,), "depths": (0.5,),
         "examples": 8, "finetune_steps": 0,
     }
 
