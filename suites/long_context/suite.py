@@ -6,8 +6,10 @@ Two parts, both on the checkpoint as trained (scope ``model``):
   x the training context ``C``; ``nll_pos_A-B`` is the NLL per token of targets at window positions A..B, with a
   bootstrap interval over documents and per-document items (nats/token, weighted by tokens), so the board pairs
   each mixer with ``none`` bucket by bucket. Read-outs: ``context_used`` (the end of the last bucket whose loss is
-  below the previous bucket's interval) and ``extrapolation`` (loss in ``[C, factor*C)`` minus loss in
-  ``[C/2, C)``, interval from the same document draws).
+  below the previous bucket's interval), ``extrapolation`` (loss in ``[C, factor*C)`` minus loss in
+  ``[C/2, C)``, interval from the same document draws) and ``far_context_gain`` (the targets past ``C`` read with
+  the whole window minus the same targets read with at most ``C`` tokens before them: the paired read-out, which
+  the text's variation between buckets does not confound).
 * **Retrieval** (:mod:`suites.long_context.tasks`, :mod:`suites.long_context.retrieval`): passkey, single and
   multi-key needles and two RULER-style tasks on a length x depth grid, scored by log-likelihood ranking over
   ``k`` candidates (chance ``1/k``), zero-shot (``zs_``) and after a short fine-tune of a copy on the tasks at
