@@ -25,11 +25,12 @@ _HOME = {
     "param_groups": "harness.running.training", "lr_at": "harness.running.training",
     # evaluation: windowed NLL, batching, memory checks before a forward or a training run
     "window_nll": "harness.model.window_nll", "document_nll": "harness.model.window_nll",
+    "bucket_nll": "harness.model.window_nll", "position_buckets": "harness.model.window_nll",
     "IGNORE_INDEX": "harness.model.batching", "Estimate": "harness.model.memory",
     "check_forward": "harness.model.memory", "check_fits": "harness.model.memory",
     "check_training": "harness.model.memory", "peak_bytes": "harness.model.memory",
     # data: the corpus, its splits, the tokenizer
-    "Corpus": "harness.corpus.data", "SPLITS": "harness.corpus.data",
+    "Corpus": "harness.corpus.data", "SPLITS": "harness.corpus.data", "Window": "harness.corpus.data",
     "Tokenizer": "harness.corpus.tokenizer", "digest_texts": "harness.corpus.tokenizer",
     # store reading: the results store and its runs (only the core writes; see running below)
     "ResultsStore": "harness.store.results", "RunRecord": "harness.store.results",

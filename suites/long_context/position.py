@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import stats
-from harness.corpus.data import Window
-from harness.model.window_nll import position_buckets
+from harness.kit import Window, position_buckets
 
 
 def long_buckets(context: int, factor: int) -> list[tuple[int, int]]:

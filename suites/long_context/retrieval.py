@@ -20,8 +20,7 @@ from tqdm.auto import tqdm
 
 from harness.config import TrainConfig
 from harness.errors import NonFiniteLossError
-from harness.model.batching import IGNORE_INDEX
-from harness.running.training import adamw, lm_loss, lr_at, param_groups
+from harness.kit import IGNORE_INDEX, adamw, lm_loss, lr_at, param_groups
 from suites.long_context.tasks import Example
 
 

@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.store.results import RunRecord
+    from harness.kit import RunRecord
     from harness.suite import Metric, SiteKit
 
 PHASES = {"zs": "zero-shot", "ft": "fine-tuned"}

@@ -41,10 +41,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import stats
-from harness.corpus.data import Window
 from harness.errors import ConfigError
-from harness.model.memory import check_forward
-from harness.model.window_nll import bucket_nll, document_nll
+from harness.kit import Window, bucket_nll, check_forward, document_nll
 from harness.registry import register_suite
 from harness.suite import ItemValues, Metric, Suite, SuiteContext, SuiteResult
 from harness.values import option
@@ -140,7 +138,6 @@ class LongContext(Suite):
                           f"examples of {context:,} tokens", "lower finetune_batch (--suite-config ...)", backward=True)
 
     def run(self, model, ctx: SuiteContext) -> SuiteResult:
-        self.validate(model)
         metrics, info = self._positions(model, ctx)
         if self.cfg.tasks:
             more, grid = self._retrieval(model, ctx)
