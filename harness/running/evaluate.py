@@ -14,9 +14,9 @@ import dataclasses
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from harness.corpus.protocol import recording_reads, selecting

@@ -82,8 +82,9 @@ class Judge(Suite):
     external: ClassVar[bool] = True
     version: ClassVar[int] = SUITE_VERSION  # 2: probability verdicts, soft preferences, 40 canaries, the gate
     headline: ClassVar[tuple[str, ...]] = HEADLINE  # the rating runs' metrics; generation stats stay off the table
-    # 4 prompts x 6 pairs x 2 orders + 40 canaries x 2 = 128 calls, ~0.3 s each on the local judge
-    quickstart: ClassVar[dict[str, Any] | None] = {"n_prompts": 4}
+    # 2 prompts x 15 pairs (six models) x 2 orders + 40 canaries x 2 = 140 calls, ~0.4 s each on the local judge
+    # (4 prompts: 201 calls, 90 s of the quickstart run alone after its models)
+    quickstart: ClassVar[dict[str, Any] | None] = {"n_prompts": 2}
     commands: ClassVar[tuple[SuiteCommand, ...]] = (JUDGE_COMMAND,)
 
     @classmethod

@@ -174,9 +174,9 @@ class Robustness(Suite):
     #: uses logits, generate and the context only: scores external transformers models too (docs/huggingface.md)
     external: ClassVar[bool] = True
     #: 200 pairs per slice instead of 500: the per-slice CIs stay usable and the suite takes ~10-15 s per mixer
-    #: 120 pairs per slice (9 slices, 1,080 pairs; 200 took 7-17 s per quick-preset model): intervals widen by
-    #: about sqrt(200/120) = 1.3x
-    quickstart: ClassVar[dict[str, Any] | None] = {"pairs_per_slice": 120}
+    #: 80 pairs per slice (9 slices, 720 pairs; 200 took 7-17 s per quick-preset model, 120 took 8-28 s on one
+    #: thread beside another model): intervals widen by about sqrt(200/80) = 1.6x
+    quickstart: ClassVar[dict[str, Any] | None] = {"pairs_per_slice": 80}
     #: 2: intervals cluster over unique pairs; dppl's NLL terms in float64. 3: the score is ``selectivity`` (flips
     #: against keeps on the same sentences, :mod:`suites.robustness.selectivity`); raw change is a diagnostic
     version: ClassVar[int] = 3

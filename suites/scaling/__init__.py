@@ -53,12 +53,13 @@ class Scaling(Suite):
     version: ClassVar[int] = 1
     headline: ClassVar[tuple[str, ...]] = ("loss", "alpha", "E", "loss_at_*")
     commands: ClassVar[tuple[SuiteCommand, ...]] = (SCALING_COMMAND,)
-    #: the quickstart's ladder: its models at an eighth and a quarter of the preset's budget too (41k, 82k and 328k
-    #: tokens at preset quick, one backbone: one gate per mixer), so each mixer has three computes to fit and the
-    #: crossovers say whether the quickstart's ordering is still moving with the budget. Half and a quarter cost
-    #: twice the training and made `make quickstart` 845 s cold of its 900 s budget
+    #: the quickstart's ladder: its models at a sixteenth and an eighth of the preset's budget too (20k, 41k and
+    #: 328k tokens at preset quick, one backbone: one gate per mixer), so each mixer has three computes to fit and
+    #: the crossovers say whether the quickstart's ordering is still moving with the budget. Half and a quarter made
+    #: `make quickstart` 845 s cold of its 900 s budget; an eighth and a quarter cost 131 s of its wall time when it
+    #: was 1,053 s cold with models side by side (docs/ARCHITECTURE.md, "Quickstart")
     quickstart: ClassVar[dict[str, Any] | None] = {"max_windows": 48, "bootstrap": 200}
-    quickstart_budgets: ClassVar[tuple[float, ...]] = (0.125, 0.25)
+    quickstart_budgets: ClassVar[tuple[float, ...]] = (0.0625, 0.125)
 
     def validate(self, model) -> None:
         check_forward(model, EVAL_BATCH, model.config.context, "scaling: scoring held-out windows",
