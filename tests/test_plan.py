@@ -43,7 +43,7 @@ def write_plan(tmp_path: Path, name: str = "tiny-grid", train_extra: str = "", t
 def perplexities(store: ResultsStore) -> dict[str, float]:
     return {
         run.manifest.subject.mixer: next(m.value for m in run.metrics if m.name == "ppl")
-        for run in store.iter_runs(samples=False)
+        for run in store.iter_runs(samples=False) if run.manifest.suite == "perplexity"
     }
 
 
@@ -214,32 +214,25 @@ def _same_scores(store: ResultsStore, reference: ResultsStore) -> None:
     assert models(store) == models(reference)
 
 
-def test_a_process_pool_makes_timings_alone_after_the_side_by_side_jobs(tmp_path):
-    """Two jobs side by side would slow each other's timings: the device-dependent suite (throughput) runs after
-    both jobs' other suites, one at a time, and nothing is trained twice."""
-    text = PLAN.format(name="timed", train_extra="").replace(
+def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_grid, tmp_path):
+    """The same scores as in process; and since two jobs side by side would slow each other's timings, the
+    device-dependent suite (throughput, added to the plan here) runs after both jobs' other suites, one at a time,
+    and nothing is trained twice."""
+    plan_path, ref = local_grid
+    text = plan_path.read_text().replace(
         "suites:\n", "suites:\n  throughput: {lengths: [16, 32], repeats: 1, modes: [prefill], reference: '', "
-                     "floor: ''}\n").replace("token_budget: 32768", "token_budget: 4096")
-    plan = load_plan(write_plan(tmp_path, "timed", text=text))
+                     "floor: ''}\n")
     store = ResultsStore(tmp_path / "store")
     with ProcessExecutor(workers=2) as pool:
         assert pool.side_by_side([1, 2]) and not ProcessExecutor(workers=1).side_by_side([1, 2])
-        report = run_requests(plan.requests("cpu", progress=False), store, pool)
+        report = run_requests(load_plan(write_plan(tmp_path, text=text)).requests("cpu", progress=False), store, pool)
     assert (report.jobs, report.trained, report.written, report.failures) == (2, 2, 4, [])
+    _same_scores(store, ResultsStore(ref))
     names = [name for name, _ in report.phases]
     last_perplexity = max(i for i, n in enumerate(names) if n.startswith("eval perplexity"))
     timed = [i for i, n in enumerate(names) if n.startswith("eval throughput")]
     assert len(timed) == 2 and min(timed) > last_perplexity, names
     assert sum("(already trained)" in n for n in names) == 2
-
-
-def test_process_pool_runs_the_grid(local_grid, tmp_path):
-    plan_path, ref = local_grid
-    store = ResultsStore(tmp_path / "store")
-    with ProcessExecutor(workers=2) as pool:
-        report = run_requests(load_plan(plan_path).requests("cpu", progress=False), store, pool)
-    assert (report.jobs, report.trained, report.written, report.failures) == (2, 2, 2, [])
-    _same_scores(store, ResultsStore(ref))
 
 
 def test_local_ray_cluster_runs_the_grid(local_grid, tmp_path):
