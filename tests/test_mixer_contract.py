@@ -4,6 +4,9 @@ only what is particular to them (kernels against their package's reference op, r
 * The conformance gate's thorough default at preset tiny, for every built-in discovered in the registry (a new
   family is covered the day it registers). The gate checks causality, decode and prefill with the default kernel,
   every kernel against the reference, gradients and the state count.
+* Every kernel against the reference (the first kernel), outputs and the gradients of the input and of every
+  parameter, over several chunks and a length no chunk divides (75), for the config variants (the gate does this
+  for each default config).
 * Continuation with every kernel, which the gate does not run: a prefill from a non-zero state and decode steps
   equal one forward, in inference (no gradients: some layers take a fused recurrent op for short calls) and in
   training (gradients on: the chunked op with a state in and out), for each built-in's default config and the
@@ -87,8 +90,34 @@ def test_every_built_in_passes_the_thorough_gate(name):
     assert (256 in lengths) == MIXERS.get(name).cls.length_extrapolation  # twice the context where it extrapolates
 
 
-@pytest.mark.parametrize(("name", "cfg"), [(n, {}) for n in BUILT_IN] + VARIANTS,
-                         ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()))
+CONFIGS = [(n, {}) for n in BUILT_IN] + VARIANTS
+
+
+def config_id(value) -> str:
+    return value if isinstance(value, str) else ",".join(f"{k}={x}" for k, x in value.items())
+
+
+@pytest.mark.parametrize(("name", "cfg"), VARIANTS, ids=config_id)
+def test_every_kernel_equals_the_reference_with_gradients(name, cfg):
+    torch.manual_seed(0)
+    layer = build(name, cfg, d_model=32)  # the reference kernels are loops over tokens: small widths keep it cheap
+    x = torch.randn(2, 75, 32)
+    results = {}
+    for kernel in layer.kernels:
+        layer.set_kernel(kernel)
+        layer.zero_grad(set_to_none=True)
+        xk = x.clone().requires_grad_(True)
+        y, _ = layer(xk)
+        (y * torch.linspace(-1, 1, 32)).sum().backward()
+        results[kernel] = [y.detach(), xk.grad] + [p.grad for p in layer.parameters()]
+    reference = results[layer.kernels[0]]
+    for kernel, got in results.items():
+        for i, (a, b) in enumerate(zip(got, reference)):
+            assert (a is None) == (b is None), (kernel, i)
+            assert a is None or rel(a, b) <= 1e-5, (kernel, i, rel(a, b))
+
+
+@pytest.mark.parametrize(("name", "cfg"), CONFIGS, ids=config_id)
 def test_every_kernel_continues_from_any_state(name, cfg):
     torch.manual_seed(0)
     errors = continuation_errors(build(name, cfg), torch.randn(2, 45, 64), cuts=(11, 35))

@@ -409,3 +409,15 @@ def test_every_identity_in_a_store_is_reproduced_by_the_one_identity_function(lo
         weights = subject.pop("weights_sha256")
         model = Identity(content_hash(subject), subject)
         assert trained_identity(model, weights).id == parts["subject"] == m.subject.id
+
+
+def test_a_mixer_scoped_run_goes_to_one_job_of_its_mixer(tmp_path):
+    """A mixer-scoped suite's run is the same for every seed of its mixer: planned in one job only, so that jobs
+    side by side never make it twice (two workers both wrote the synthetic run of a 3-seed quickstart)."""
+    from harness.running.runner import GridRequest, JobOptions
+
+    req = GridRequest(preset="tiny", mixers=["attention"], suites=["perplexity", "synthetic"], seeds=[0, 1],
+                      data_overrides={"max_train_docs": 40}, controls=[], options=JobOptions(progress=False))
+    jobs = plan_jobs([req], ResultsStore(tmp_path / "store"), PhaseTimer(echo=False))
+    assert len(jobs) == 2
+    assert [sorted(r.suite for r in job.runs) for job in jobs] == [["perplexity", "synthetic"], ["perplexity"]]

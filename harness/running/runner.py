@@ -283,7 +283,7 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                 check_training_time(spec, req.options.device, req.options.yes, training_label(spec))
                 pending.append((req, spec, planned))
     store.ensure_writable()
-    jobs, seen = [], set()
+    jobs, seen, planned_ids = [], set(), set()
     for req, spec, planned in pending:
         if spec.data not in _CORPORA:
             t0 = time.perf_counter()
@@ -296,7 +296,12 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
             continue
         seen.add(model_id)
         weights = final_weights_hash(checkpoint_root(store) / model_id)
-        jobs.append(ModelJob(spec, model_id, plan_runs(spec, corpus.fingerprint, planned, weights), req.options))
+        # a run bound before training (a mixer-scoped suite's: the same for every seed of its mixer) is given to
+        # one job only, so that jobs side by side never make the same run twice
+        runs = tuple(r for r in plan_runs(spec, corpus.fingerprint, planned, weights)
+                     if r.run_id is None or r.run_id not in planned_ids)
+        planned_ids.update(r.run_id for r in runs if r.run_id is not None)
+        jobs.append(ModelJob(spec, model_id, runs, req.options))
     return jobs
 
 
