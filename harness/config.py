@@ -322,9 +322,3 @@ class RunSpec:
             d.get("preset", ""),
             dict(d.get("extra", {})),
         )
-
-    @property
-    def train_id(self) -> str:
-        from harness.store.identity import spec_identity
-
-        return spec_identity(self.to_json())

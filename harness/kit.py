@@ -36,9 +36,9 @@ _HOME = {
     "ResultsStore": "harness.store.results", "RunRecord": "harness.store.results",
     # plotting: one figure style for every suite's plots; the board's Pareto front
     "figure": "harness.reporting.plotting", "save": "harness.reporting.plotting",
-    "pareto_front": "harness.reporting.board",
+    "pareto_front": "harness.reporting.pareto",
     # formatting: numbers as the board prints them
-    "si": "harness.reporting.render", "fmt": "harness.reporting.render",
+    "si": "harness.reporting.numbers", "fmt": "harness.reporting.numbers",
     "speed_ratio_text": "harness.reporting.run_report",
     # cache folders and durable writes
     "cache_dir": "harness.store.storage", "fill_folder_once": "harness.store.storage",

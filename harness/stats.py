@@ -349,16 +349,21 @@ def tie_groups(order: Sequence[str], p_value: Callable[[str, str], float], alpha
 def with_seed_variance(comparison: PairedComparison, seed_var: float, level: float = 0.95) -> PairedComparison:
     """A paired comparison on shared items with training-seed variance ``seed_var`` added to its item variance
     (read from its interval as a normal standard error): a normal interval and a two-sided normal p-value."""
+    item_se = comparison.interval.normal_stderr() if comparison.interval is not None else 0.0
+    interval, p_value = normal_test(comparison.difference, math.sqrt((item_se or 0.0) ** 2 + seed_var), level)
+    return PairedComparison(comparison.difference, interval, p_value, comparison.n_items)
+
+
+def normal_test(difference: float, stderr: float, level: float = 0.95) -> tuple[Interval, float]:
+    """The normal interval of ``difference`` (standard error ``stderr``) and its two-sided p-value against 0; an
+    error of 0 gives a point interval, p = 0 for a nonzero difference and 1 for none."""
+    if stderr == 0:
+        return Interval(difference, difference, "normal", level), 0.0 if difference else 1.0
     from scipy.stats import norm
 
-    item_se = comparison.interval.normal_stderr() if comparison.interval is not None else 0.0
-    se = math.sqrt((item_se or 0.0) ** 2 + seed_var)
-    d = comparison.difference
-    if se == 0:
-        return PairedComparison(d, Interval(d, d, "normal", level), 0.0 if d else 1.0, comparison.n_items)
     z = float(norm.ppf(0.5 + level / 2.0))
-    return PairedComparison(d, Interval(d - z * se, d + z * se, "normal", level), float(2 * norm.sf(abs(d) / se)),
-                            comparison.n_items)
+    return (Interval(difference - z * stderr, difference + z * stderr, "normal", level),
+            float(2 * norm.sf(abs(difference) / stderr)))
 
 
 @dataclass(frozen=True)
@@ -390,3 +395,45 @@ def pool_sds(parts: Sequence[tuple[float, int]], level: float = 0.95) -> PooledS
     df = sum(d for _, d in parts)
     estimate = math.sqrt(sum(d * s**2 for s, d in parts) / df)
     return PooledSD(estimate, df, estimate * math.sqrt(df / chi2.ppf(1 - level, df)))
+
+
+# ---------------------------------------------------------------------------------------------- ranks
+
+
+def borda(values: dict[str, list[float]], higher: list[bool], weights: list[float]) -> dict[str, float]:
+    """Weighted Borda points on raw values (a rank interval's bootstrap draws): per column, a point per row beaten
+    and half per tie, times the column's weight."""
+    points = {k: 0.0 for k in values}
+    keys = list(values)
+    for j, (up, w) in enumerate(zip(higher, weights)):
+        sign = 1.0 if up else -1.0
+        for k in keys:
+            mine = sign * values[k][j]
+            others = [sign * values[o][j] for o in keys if o != k]
+            points[k] += w * (sum(mine > x for x in others) + 0.5 * sum(mine == x for x in others))
+    return points
+
+
+def competition_ranks(points: dict[str, float]) -> dict[str, int]:
+    """1, 2, 2, 4: a row's rank is one plus the number of rows with more points."""
+    return {k: 1 + sum(points[o] > points[k] + 1e-12 for o in points) for k in points}
+
+
+def group_points(groups: dict[str, int]) -> dict[str, float]:
+    """Borda points from tie groups (0 is the best group): a point per row in a worse group and half a point per
+    other row of its own; a column whose rows all share one group gives none."""
+    if len(set(groups.values())) <= 1:
+        return {k: 0.0 for k in groups}
+    return {k: sum(o > g for o in groups.values()) + 0.5 * (sum(o == g for o in groups.values()) - 1)
+            for k, g in groups.items()}
+
+
+def rank_intervals(draws: np.ndarray, keys: Sequence[str], level: float = 0.95) -> dict[str, tuple[int, int]]:
+    """Each key's rank interval from bootstrap draws of the ranks (``draws[b, i]``: key ``i``'s rank in draw
+    ``b``): the central ``level`` quantiles, widened to whole ranks."""
+    q = (1 - level) / 2
+    out = {}
+    for i, k in enumerate(keys):
+        lo, hi = np.quantile(draws[:, i], [q, 1 - q])
+        out[k] = (int(math.floor(lo)), int(math.ceil(hi)))
+    return out

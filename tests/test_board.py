@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from harness import stats
-from harness.reporting.board import BoardConfig, build_board, compare_cells
+from harness.reporting.board import BoardConfig, build_board
+from harness.reporting.differences import compare_cells
 from harness.reporting.leaderboard import board_of, leaderboard_text
 from harness.reporting.render import render
 from harness.store.results import ResultsStore

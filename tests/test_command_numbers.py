@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.reporting.render import fmt
+from harness.reporting.numbers import fmt
 from harness.reporting.run_report import compare_models, interval_text, speed_ratio_text
 from harness.stats import Interval
 from harness.store.results import ResultsStore

@@ -10,9 +10,11 @@ import json
 
 import numpy as np
 
-from harness.reporting.board import BoardConfig, CellDifference, cell_difference
+from harness.reporting.board import BoardConfig
+from harness.reporting.differences import CellDifference, cell_difference
 from harness.reporting.leaderboard import board_of
-from harness.reporting.render import CONTROL_MARK, render
+from harness.reporting.legend import CONTROL_MARK
+from harness.reporting.render import render
 from harness.store.results import ResultsStore
 from tests.planted import manifest, put, score, subject
 

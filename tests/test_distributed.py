@@ -24,6 +24,7 @@ import torch
 from harness.model.checkpoint import load_checkpoint
 from harness.running.distributed import DistEnv, detect
 from harness.errors import ConfigError
+from harness.store.identity import train_id
 from tests.conftest import TINY_TRAIN, train_tiny
 
 TOLERANCE = 2e-3
@@ -53,7 +54,7 @@ def test_two_process_gloo_torchrun_matches_single_process(tmp_path):
 
     ddp_ckpt, ref_ckpt = load_checkpoint(tmp_path / "ddp"), load_checkpoint(single)
     assert ddp_ckpt.meta["world_size"] == 2 and ref_ckpt.meta["world_size"] == 1
-    assert ddp_ckpt.spec.train_id == ref_ckpt.spec.train_id  # same global batch: the same run
+    assert train_id(ddp_ckpt.spec) == train_id(ref_ckpt.spec)  # same global batch: the same run
     assert ddp_ckpt.meta["tokens_seen"] == ref_ckpt.meta["tokens_seen"]
     ddp, ref = _losses(tmp_path / "ddp"), _losses(single)
     assert len(ddp) == len(ref) == ddp_ckpt.meta["total_steps"] == 32

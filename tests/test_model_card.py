@@ -17,7 +17,8 @@ from harness.hf.card import model_card
 from harness.hf.export import export_checkpoint
 from harness.model.checkpoint import load_model
 from harness.reporting.board import build_board
-from harness.reporting.render import escape_md, legend
+from harness.reporting.legend import legend
+from harness.reporting.render import escape_md
 from harness.reporting.table import build_table
 from harness.store.results import ResultsStore
 from harness.suite import SuiteResult

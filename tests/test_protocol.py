@@ -4,10 +4,8 @@ projection, and a board whose votes, ties and ranks count training-seed noise an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,14 +18,14 @@ from harness.corpus.protocol import SplitDisciplineError, recording_reads, selec
 from harness.config import DataConfig
 from harness.errors import ConfigError
 from harness.model.backbone import build_model
-from harness.model.matching import MATCH_TOLERANCE, non_embedding_parameters, relative_gap
+from harness.model.matching import MATCH_TOLERANCE, relative_gap
 from harness.model.recipes import GridPoint, RecipeBook, RecipeEntry, SeedSpread, read_book
 from harness.model.specs import make_run_spec
 from harness.registry import MIXERS, SUITES
-from harness.reporting.board import build_board, effective_groups, group_points
+from harness.reporting.board import effective_groups
 from harness.reporting.leaderboard import board_of
-from harness.reporting.table import build_table
 from harness.running.tune import extension, grid_points
+from harness.stats import group_points
 from harness.store.identity import model_identity
 from harness.store.results import ResultsStore
 from harness.suite import SuiteContext
@@ -287,7 +285,7 @@ def test_two_seeds_of_none_under_two_names_share_every_tie_group(tmp_path, monke
     column = board.table.column("perplexity/ppl")
     assert board.seed_noise[("tiny", column.name)].df == 6  # three rows of three seeds
     assert board.not_above(rows["none-again"], column)
-    from harness.reporting.board import cell_difference
+    from harness.reporting.differences import cell_difference
 
     d = cell_difference(board.table.cell(rows["none-again"], column), board.table.cell(rows["none"], column),
                         board.config, board.seed_noise[("tiny", column.name)])

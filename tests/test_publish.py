@@ -31,7 +31,7 @@ from harness.cli import main
 from harness.errors import MixbenchError
 from harness.store.provenance import provenance
 from harness.reporting.publish import MARKER, publish_site
-from harness.reporting.render import validate_board_document
+from harness.reporting.board_document import validate_board_document
 from harness.store.results import ResultsStore
 from harness.reporting.site_html import CSP, script_json
 from harness.suite import SuiteResult

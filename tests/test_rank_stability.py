@@ -12,7 +12,8 @@ import pytest
 from harness.reporting.board import BoardConfig
 from harness.reporting.leaderboard import board_of
 from harness.reporting.rank_stability import Swap, ordinal, ordering_text, tokens
-from harness.reporting.render import STABILITY_MARK, render
+from harness.reporting.legend import STABILITY_MARK
+from harness.reporting.render import render
 from harness.reporting.site_html import legend_items
 from harness.store.identity import budget_series
 from harness.store.results import ResultsStore

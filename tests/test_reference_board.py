@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.running.quickstart import quickstart_mixers, quickstart_suites
 from harness.registry import control_mixers
-from harness.reporting.render import validate_board_document
+from harness.reporting.board_document import validate_board_document
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 

@@ -37,7 +37,7 @@ def test_eval_prints_its_headline_metrics_and_show_prints_the_run(protot_checkpo
     stored = ResultsStore(results).read_run(run_id)
     ppl = stored.metric("ppl")
     line = next(x for x in out.splitlines() if x.startswith("| perplexity | ppl ↓"))
-    from harness.reporting.render import fmt
+    from harness.reporting.numbers import fmt
 
     assert f"[{fmt(ppl.interval.low)}, {fmt(ppl.interval.high)}] bootstrap 95%" in line
     assert len(_interval_rows(out)) >= 2  # ppl and ood_ppl at least, each with its interval and kind

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.reporting.board import BoardConfig, CellDifference
+from harness.reporting.differences import CellDifference
 from harness.reporting.leaderboard import board_of
 from harness.reporting.plotting import FONT_KEY, MIN_FONT_PX, min_font_points
 from harness.reporting.preamble import difference_words, lead_sentence

@@ -13,7 +13,7 @@ import pytest
 from fake_judge import FakeJudge
 from harness.cli import main
 from harness.reporting.site_html import CSP
-from harness.reporting.render import validate_board_document
+from harness.reporting.board_document import validate_board_document
 
 PLAN = """\
 name: sections

@@ -24,7 +24,7 @@ from suites.synthetic import mad
 from suites.synthetic.data import IGNORE, TaskData, split_rng, weighted_sample_without_replacement
 from suites.synthetic.mqar import MQARConfig, generate_mqar
 from suites.synthetic.scoring import ExampleScores, accuracy_metric, average_metric, score_split
-from harness.reporting.board import pareto_front
+from harness.reporting.pareto import pareto_front
 from suites.synthetic.site import site_section
 from suites.synthetic.suite import PLOT_NAME, SyntheticConfig
 from suites.synthetic.tasks import TASKS, parse_settings, unigram_mode

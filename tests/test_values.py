@@ -10,6 +10,7 @@ from typing import Literal
 import pytest
 
 from harness.errors import ConfigError
+from harness.store.identity import train_id
 from harness.values import build_config, coerce_values, config_fields, describe_fields, option
 
 
@@ -124,6 +125,6 @@ def test_mixer_config_from_the_cli_and_from_a_plan_is_one_model():
 
     cli = make_run_spec("protot", "tiny", parse_assignments(["n_prototypes=16", "tau_init=2"]))
     plan = make_run_spec("protot", "tiny", {"n_prototypes": 16, "tau_init": 2.0})
-    assert cli.train_id == plan.train_id and cli.model.mixer_config == {"n_prototypes": 16, "tau_init": 2.0}
+    assert train_id(cli) == train_id(plan) and cli.model.mixer_config == {"n_prototypes": 16, "tau_init": 2.0}
     with pytest.raises(ConfigError, match="train: token_budget must be an integer, got 'lots'"):
         make_run_spec("protot", "tiny", train_overrides={"token_budget": "lots"})

@@ -143,7 +143,7 @@ def _difference(d) -> str:
 
 def _marks(board, row, column, cell) -> str:
     """The cell's marks as the board gives them, each with what it was compared with."""
-    from harness.reporting.render import CONTROL_MARK, OUTSIDE_MARK, UNRELIABLE_MARK
+    from harness.reporting.legend import CONTROL_MARK, OUTSIDE_MARK, UNRELIABLE_MARK
 
     key = (row.key, column.name)
     out = []

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 from harness.config import RunSpec, content_hash
 from harness.errors import MixbenchError
+from harness.store.identity import train_id
 from harness.store.storage import atomic_write
 
 FORMAT = "mixbench-checkpoint"
@@ -112,7 +113,7 @@ def save_checkpoint(
         "format": FORMAT,
         "version": VERSION,
         "run_spec": spec.to_json(),
-        "train_id": spec.train_id,
+        "train_id": train_id(spec),
         "step": step,
         "weights_sha256": weights_hash(weights),
         **meta,

@@ -25,9 +25,10 @@ A comparison board is only worth its weakest number, so:
   context-free ones, else every control; Holm over the column's mixers) is marked; a column whose mixer cells
   are all marked does not vote either (the two families differ, so the best mixer can pass one and not the other).
 * **Seeds** (docs/protocol.md, "Seeds"). Two trainings of one architecture differ by more than their items'
-  noise, so every comparison adds the training-seed variance of the column (:class:`SeedNoise`): pooled from the
-  rows of the preset with two or more seeds, else the preset's measured seed spread (its recipe file, for columns
-  on that scale), each at its one-sided 95% upper confidence bound. A single seed cannot beat another by less than
+  noise, so every comparison adds the training-seed variance of the column
+  (:class:`harness.reporting.differences.SeedNoise`): pooled from the rows of the preset with two or more seeds,
+  else the preset's measured seed spread (its recipe file, for columns on that scale), each at its one-sided 95%
+  upper confidence bound. A single seed cannot beat another by less than
   that spread. A column with neither says so, and its comparisons count item noise only.
 * **Nulls** (docs/protocol.md, "What votes"). A column votes only if a null can veto it: a control with a value
   there, or, for a column controls cannot score, each row's own null model (``Column.null_metric``: the same
@@ -53,7 +54,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness import stats
-from harness.errors import MixbenchError
+from harness.reporting.board_config import GROUP_NAMES, BoardConfig
+from harness.reporting.differences import (
+    CellDifference, SeedNoise, better_first, cell_difference, column_sampler, column_seed_noise,
+    tie_groups_with_noise,
+)
+from harness.reporting.pareto import pareto_flags, speed_value
 from harness.reporting.table import Cell, Column, Row, Table
 
 if TYPE_CHECKING:
@@ -61,30 +67,6 @@ if TYPE_CHECKING:
 
 #: a suite votes when at least this share of the preset's rows ran it
 MIN_SUITE_COVERAGE = 0.5
-#: names of tie groups, best first
-GROUP_NAMES = "abcdefghijklmnopqrstuvwxyz"
-
-
-@dataclass(frozen=True)
-class BoardConfig:
-    """``alpha``: family-wise level of the tie tests (Holm); ``rank_level``: coverage of the rank intervals;
-    ``bootstrap``: resamples for rank intervals and paired tests; ``quality``/``speed``: the Pareto axes (a
-    column name, or None for the Borda points and the first headline speed column; with no speed column there is
-    no Pareto view: training tokens/s come from separate runs on whatever machine each ran, so they are never an
-    axis, docs/ARCHITECTURE.md "The board")."""
-
-    alpha: float = 0.05
-    rank_level: float = 0.95
-    bootstrap: int = 1000
-    seed: int = 0
-    quality: str | None = None
-    speed: str | None = None
-
-    def __post_init__(self) -> None:
-        if not 0 < self.alpha < 1 or not 0 < self.rank_level < 1:
-            raise MixbenchError("board: alpha and rank_level must be in (0, 1).")
-        if self.bootstrap < 0:
-            raise MixbenchError("board: bootstrap must be >= 0.")
 
 
 @dataclass
@@ -94,33 +76,6 @@ class ColumnVerdict:
     reason: str = ""  # why it does not vote
     weight: float = 0.0
     groups: dict[str, str] = field(default_factory=dict)  # row key -> group letter (per preset)
-
-
-@dataclass(frozen=True)
-class SeedNoise:
-    """The training-seed standard deviation of one column at one preset, on ``scale`` (``items``: the items' scale,
-    NLL per token for perplexity; ``values``: the metric's own), at its one-sided 95% upper confidence bound
-    (``sd``; ``estimate`` the point estimate, ``df`` its degrees of freedom) and where it comes from."""
-
-    sd: float
-    estimate: float
-    df: int
-    scale: str
-    source: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"sd": self.sd, "estimate": self.estimate, "df": self.df, "scale": self.scale, "source": self.source}
-
-
-@dataclass(frozen=True)
-class CellDifference:
-    """``a - b`` in one column: on the items both cells share (``scale`` "items": the items' own scale, e.g. NLL
-    per token for perplexity), else on the two values with a normal interval from their intervals ("values")."""
-
-    difference: float
-    interval: stats.Interval | None
-    p_value: float
-    scale: str
 
 
 @dataclass(frozen=True)
@@ -182,7 +137,7 @@ class Board:
     def speed_of(self, row: Row) -> float | None:
         """``row``'s value on the Pareto view's speed axis, oriented so that higher is faster (the inverse of a
         lower-is-better column such as a time ratio); None without a speed column or a value."""
-        return _speed_value(self.table, row, self.speed_name or None)
+        return speed_value(self.table, row, self.speed_name or None)
 
     @property
     def voting(self) -> list[Column]:
@@ -251,7 +206,7 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
             merged = verdicts.setdefault(name, ColumnVerdict(verdict.column, False, verdict.reason))
             if verdict.votes:
                 merged.votes, merged.reason, merged.weight = True, "", verdict.weight
-            verdict.groups = _tie_groups(table, rows, verdict.column, config, preset_noise[name])
+            verdict.groups = tie_groups_with_noise(table, rows, verdict.column, config, preset_noise[name])
             merged.groups.update(verdict.groups)
         voting = [v for v in preset_verdicts.values() if v.votes]
         ranked, lacking = _rankable(table, rows, voting)
@@ -261,7 +216,7 @@ def build_board(table: Table, config: BoardConfig | None = None) -> Board:
         rank.update(r)
         interval.update(iv)
     tied = _overlaps(interval)
-    speed_name, quality_name, pareto = _pareto(table, points, config)
+    speed_name, quality_name, pareto = pareto_flags(table, _by_preset(table), points, config)
     from harness.reporting.rank_stability import board_stability  # it reads the tie groups of this module
 
     from harness.reporting.context_use import context_use
@@ -405,9 +360,9 @@ def _control_veto(table: Table, rows: list[Row], controls: list[Row], verdict: C
     ctrl = _finite_cells(table, controls, column)
     if not mixers or not ctrl:
         return
-    best = _better_first(mixers, column.higher_is_better)[0]
+    best = better_first(mixers, column.higher_is_better)[0]
     found = {c.control: c.difference for c in comparisons.get((best, column.name), [])}
-    order = [k for k in _better_first(ctrl, column.higher_is_better) if k in found]
+    order = [k for k in better_first(ctrl, column.higher_is_better) if k in found]
     diffs = [found[k] for k in order]
     reject, _ = stats.holm([d.p_value for d in diffs], config.alpha)
     beaten = [r and _better(d, column.higher_is_better) for d, r in zip(diffs, reject)]
@@ -442,7 +397,7 @@ def _marked_veto(table: Table, rows: list[Row], verdict: ColumnVerdict, marked: 
     mixers = _finite_cells(table, rows, column)
     if not mixers or any((k, column.name) not in marked for k in mixers):
         return
-    best = _better_first(mixers, column.higher_is_better)[0]
+    best = better_first(mixers, column.higher_is_better)[0]
     label = next(r.label for r in rows if r.key == best)
     verdict.votes = False
     verdict.reason = (
@@ -510,7 +465,7 @@ def _null_veto(table: Table, rows: list[Row], verdict: ColumnVerdict, diffs: dic
     mixers = _finite_cells(table, rows, column)
     if not mixers:
         return
-    best = _better_first(mixers, column.higher_is_better)[0]
+    best = better_first(mixers, column.higher_is_better)[0]
     d = diffs.get((best, column.name))
     if d is not None and d.p_value < config.alpha and _better(d, column.higher_is_better):
         return
@@ -537,136 +492,7 @@ def _cell_text(cell: Cell) -> str:
 # ---------------------------------------------------------------------------------------------- ties
 
 
-def cell_difference(a: Cell, b: Cell, config: BoardConfig, noise: SeedNoise | None = None) -> CellDifference:
-    """``a - b`` with its interval and a two-sided p-value: a paired bootstrap on the items both share (at least
-    two), else a z-test on the two intervals' standard errors; without intervals, no claim (p = 1).
-
-    With ``noise`` (the column's seed spread, :func:`column_seed_noise`) the training-seed variance is added: on
-    the items' scale ``sd^2 (1/n_a + 1/n_b)`` for ``n`` seeds per cell, on the values' scale ``sd^2`` for each
-    one-seed cell (a mean over seeds carries its seed variance in its Student-t interval already); the interval
-    and p-value are then normal."""
-    if a.items and b.items:
-        shared = sorted(set(a.items) & set(b.items))
-        if len(shared) >= 2:
-            va = np.array([a.items[i][0] for i in shared])
-            wa = np.array([a.items[i][1] for i in shared])
-            vb = np.array([b.items[i][0] for i in shared])
-            wb = np.array([b.items[i][1] for i in shared])
-            r = stats.paired_difference(va, vb, wa, wb, n_resamples=config.bootstrap or 200, seed=config.seed)
-            if noise is None or noise.scale != "items":
-                return CellDifference(r.difference, r.interval, r.p_value, "items")
-            r = stats.with_seed_variance(r, noise.sd**2 * (1 / max(a.n_seeds, 1) + 1 / max(b.n_seeds, 1)))
-            return CellDifference(r.difference, r.interval, r.p_value, "items")
-    diff = a.value - b.value
-    se_a = a.interval.normal_stderr() if a.interval is not None else None
-    se_b = b.interval.normal_stderr() if b.interval is not None else None
-    if se_a is None or se_b is None:
-        return CellDifference(diff, None, 1.0, "values")  # no uncertainty known: no claim that they differ
-    if noise is not None and noise.scale == "values":
-        se_a = math.hypot(se_a, noise.sd) if a.n_seeds <= 1 else se_a
-        se_b = math.hypot(se_b, noise.sd) if b.n_seeds <= 1 else se_b
-    return _normal_difference(diff, math.hypot(se_a, se_b), "values")
-
-
-def _normal_difference(diff: float, se: float, scale: str) -> CellDifference:
-    if se == 0:
-        return CellDifference(diff, stats.Interval(diff, diff, "normal", 0.95), 0.0 if diff else 1.0, scale)
-    from scipy.stats import norm
-
-    z = norm.ppf(0.975)
-    return CellDifference(diff, stats.Interval(diff - z * se, diff + z * se, "normal", 0.95),
-                          float(2 * norm.sf(abs(diff) / se)), scale)
-
-
-def compare_cells(a: Cell, b: Cell, config: BoardConfig, noise: SeedNoise | None = None) -> float:
-    """Two-sided p-value that two cells of one column differ (see :func:`cell_difference`)."""
-    return cell_difference(a, b, config, noise).p_value
-
-
-def column_seed_noise(table: Table, rows: list[Row], column: Column, preset: str) -> SeedNoise | None:
-    """The seed noise of ``column`` among ``rows`` (a preset's mixers and controls; docs/protocol.md "Seeds"): the
-    pooled within-row standard deviation of the per-seed values of every row with two or more seeds (trained
-    cells only: an untrained null's seeds vary its initialisation, not its training) and, where the column's items
-    are on its scale, the preset's measured seed spread; at its one-sided 95% upper confidence bound. The board's
-    own spread is used alone once it has as many degrees of freedom as the preset's: the two usually share
-    trainings (the tuned recipes' seeds are the quickstart's), and pooling would count them twice. With fewer the
-    two are pooled (one row of two seeds alone is no estimate). None when neither exists."""
-    cells = [c for r in rows if (c := table.cell(r, column)) is not None]
-    found: list[SeedNoise] = []
-    multi = [c for c in cells if len(c.seed_values) >= 2 and all(math.isfinite(v) for v in c.seed_values)]
-    own = stats.pooled_sd([c.seed_values for c in multi])
-    if own is not None:
-        scale = "items" if all(c.items for c in multi) else "values"
-        found.append(SeedNoise(own.upper, own.estimate, own.df, scale,
-                               f"{len(multi)} row(s) with several seeds on this board"))
-    units = {c.items_unit for c in cells if c.items}
-    if len(units) == 1 and all(c.items for c in cells):
-        from harness.model.recipes import seed_spread
-
-        try:
-            spread = seed_spread(preset)
-        except MixbenchError:
-            spread = None
-        if spread is not None and spread.scale == units.pop():
-            found.append(SeedNoise(spread.sd_upper, spread.sd, spread.df, "items",
-                                   f"preset {preset}'s seed spread ({len(spread.seeds)} seeds, "
-                                   f"{', '.join(spread.splits)})"))
-    if len(found) == 2 and found[0].df < found[1].df:  # too few seeds on the board: pool with the preset's
-        both = stats.pool_sds([(found[0].estimate, found[0].df), (found[1].estimate, found[1].df)])
-        return SeedNoise(both.upper, both.estimate, both.df, "items",
-                         f"{found[0].source}, pooled with {found[1].source}")
-    return found[0] if found else None
-
-
-def _better_first(cells: dict[str, Cell], higher: bool) -> list[str]:
-    return sorted(cells, key=lambda k: (-cells[k].value if higher else cells[k].value, k))
-
-
-def tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig) -> dict[str, str]:
-    """Row key -> tie group letter of ``rows`` in ``column``, best first (the module docstring's procedure), with
-    the seed noise of the rows' preset (its controls' seeds count too)."""
-    preset = rows[0].preset if rows else ""
-    pool = [*rows, *(r for r in table.rows if r.control and r.preset == preset)]
-    return _tie_groups(table, rows, column, config, column_seed_noise(table, pool, column, preset))
-
-
-def _tie_groups(table: Table, rows: list[Row], column: Column, config: BoardConfig,
-                noise: SeedNoise | None = None) -> dict[str, str]:
-    cells = {r.key: c for r in rows if (c := table.cell(r, column)) is not None and math.isfinite(c.value)}
-    groups = stats.tie_groups(_better_first(cells, column.higher_is_better),
-                              lambda best, k: compare_cells(cells[best], cells[k], config, noise), config.alpha)
-    return {k: GROUP_NAMES[g] if g < len(GROUP_NAMES) else str(g + 1) for k, g in groups.items()}
-
-
 # ---------------------------------------------------------------------------------------------- ranks
-
-
-def borda(values: dict[str, list[float]], higher: list[bool], weights: list[float]) -> dict[str, float]:
-    """Weighted Borda points on raw values (the rank interval's draws): per column, a point per row beaten and half
-    per tie, times the column's weight."""
-    points = {k: 0.0 for k in values}
-    keys = list(values)
-    for j, (up, w) in enumerate(zip(higher, weights)):
-        sign = 1.0 if up else -1.0
-        for k in keys:
-            mine = sign * values[k][j]
-            others = [sign * values[o][j] for o in keys if o != k]
-            points[k] += w * (sum(mine > x for x in others) + 0.5 * sum(mine == x for x in others))
-    return points
-
-
-def competition_ranks(points: dict[str, float]) -> dict[str, int]:
-    """1, 2, 2, 4: a row's rank is one plus the number of rows with more points."""
-    return {k: 1 + sum(points[o] > points[k] + 1e-12 for o in points) for k in points}
-
-
-def group_points(groups: dict[str, int]) -> dict[str, float]:
-    """Borda points from tie groups (0 is the best group): a point per row in a worse group and half a point per
-    other row of its own; a column whose rows all share one group gives none."""
-    if len(set(groups.values())) <= 1:
-        return {k: 0.0 for k in groups}
-    return {k: sum(o > g for o in groups.values()) + 0.5 * (sum(o == g for o in groups.values()) - 1)
-            for k, g in groups.items()}
 
 
 def effective_groups(groups: dict[str, str | None], bottom: set[str]) -> dict[str, int]:
@@ -680,7 +506,7 @@ def effective_groups(groups: dict[str, str | None], bottom: set[str]) -> dict[st
 
 def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: BoardConfig,
           bottom: set[tuple[str, str]] | None = None, noise: dict[str, SeedNoise | None] | None = None):
-    """Borda on tie groups (:func:`group_points`, each column at its weight) and competition ranks; the rank
+    """Borda on tie groups (:func:`stats.group_points`, each column at its weight) and competition ranks; the rank
     interval from bootstrap draws of the columns that give points (columns resampled, and within each its shared
     items with its seed noise), the rows not better than their null tied below the rest in every draw."""
     bottom, noise = bottom or set(), noise or {}
@@ -694,19 +520,19 @@ def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: Bo
     active: list[tuple[ColumnVerdict, set[str]]] = []
     for v in voting:
         low = {k for k in keys if (k, v.column.name) in bottom}
-        column_points = group_points(effective_groups({k: v.groups.get(k) for k in keys}, low))
+        column_points = stats.group_points(effective_groups({k: v.groups.get(k) for k in keys}, low))
         if any(column_points.values()):
             active.append((v, low))
         for k in keys:
             p[k] += v.weight * column_points[k]
-    r = competition_ranks(p)
+    r = stats.competition_ranks(p)
     points.update(p)
     ranks.update(r)
     if len(rows) < 2 or config.bootstrap == 0 or not active:
         intervals.update({k: (r[k], r[k]) for k in keys})
         return points, ranks, intervals
     rng = stats.rng_for([config.seed, 17])
-    samplers = [_column_sampler([table.cell(k, v.column) for k in keys], rng, noise.get(v.column.name))
+    samplers = [column_sampler([table.cell(k, v.column) for k in keys], rng, noise.get(v.column.name))
                 for v, _ in active]
     higher = [v.column.higher_is_better for v, _ in active]
     weights = [v.weight for v, _ in active]
@@ -719,111 +545,13 @@ def _rank(table: Table, rows: list[Row], voting: list[ColumnVerdict], config: Bo
             worst = -math.inf if higher[j] else math.inf
             for i, k in enumerate(keys):
                 vals[k].append(worst if k in active[j][1] else sampled[i])
-        pts = borda(vals, [higher[j] for j in chosen], [weights[j] for j in chosen])
-        rk = competition_ranks(pts)
+        pts = stats.borda(vals, [higher[j] for j in chosen], [weights[j] for j in chosen])
+        rk = stats.competition_ranks(pts)
         draws[b] = [rk[k] for k in keys]
-    q = (1 - config.rank_level) / 2
-    for i, k in enumerate(keys):
-        lo, hi = np.quantile(draws[:, i], [q, 1 - q])
-        intervals[k] = (int(math.floor(lo)), int(math.ceil(hi)))
+    intervals.update(stats.rank_intervals(draws, keys, config.rank_level))
     return points, ranks, intervals
-
-
-def _column_sampler(cells: list[Cell], rng: np.random.Generator, noise: SeedNoise | None = None):
-    """A function returning one bootstrap draw of every row's value in a column: shared items resampled jointly
-    when every row has them, else each value drawn from a normal with its interval's standard error; with the
-    column's seed noise added on its scale (:func:`cell_difference`)."""
-    shared = None
-    if all(c.items for c in cells):
-        common = set.intersection(*(set(c.items) for c in cells))
-        if len(common) >= 2:
-            shared = sorted(common)
-    if shared is not None:
-        vals = np.array([[c.items[i][0] for i in shared] for c in cells])
-        wts = np.array([[c.items[i][1] for i in shared] for c in cells])
-        seed_sd = np.array([noise.sd / math.sqrt(max(c.n_seeds, 1)) if noise is not None and noise.scale == "items"
-                            else 0.0 for c in cells])
-
-        def items_draw() -> list[float]:
-            idx = rng.integers(0, len(shared), len(shared))
-            return list(stats.weighted_mean(vals[:, idx], wts[:, idx], axis=1) + rng.normal(0.0, 1.0, len(cells))
-                        * seed_sd)
-
-        return items_draw
-    ses = [c.interval.normal_stderr() if c.interval is not None else None for c in cells]
-    if noise is not None and noise.scale == "values":
-        ses = [math.hypot(se or 0.0, noise.sd) if c.n_seeds <= 1 else se for c, se in zip(cells, ses)]
-
-    def normal_draw() -> list[float]:
-        return [c.value + (rng.normal(0, se) if se else 0.0) for c, se in zip(cells, ses)]
-
-    return normal_draw
 
 
 def _overlaps(intervals: dict[str, tuple[int, int] | None]) -> dict[str, bool]:
     known = {k: v for k, v in intervals.items() if v is not None}
     return {k: any(o != k and not (v[1] < w[0] or w[1] < v[0]) for o, w in known.items()) for k, v in known.items()}
-
-
-# ---------------------------------------------------------------------------------------------- Pareto
-
-
-def pareto_front(points: dict[Any, tuple[float, float]], x_higher: bool = True, y_higher: bool = True) -> set[Any]:
-    """The keys no other point dominates (at least as good on both axes, better on one); NaN points are left out."""
-    signed = {
-        k: ((1 if x_higher else -1) * x, (1 if y_higher else -1) * y)
-        for k, (x, y) in points.items()
-        if not (math.isnan(x) or math.isnan(y))
-    }
-    return {
-        k
-        for k, (x, y) in signed.items()
-        if not any(ox >= x and oy >= y and (ox > x or oy > y) for o, (ox, oy) in signed.items() if o != k)
-    }
-
-
-def _speed_value(table: Table, row: Row, speed: str | None) -> float | None:
-    """The speed column's value, inverted when lower is better, so that the Pareto axis is always "higher is
-    faster"; None for a missing, NaN or non-positive value."""
-    if speed is None:
-        return None
-    cell = table.cell(row, speed)
-    if cell is None or cell.value is None or math.isnan(cell.value):
-        return None
-    if table.column(speed).higher_is_better:
-        return cell.value
-    return 1.0 / cell.value if cell.value > 0 else None
-
-
-def _pareto(table: Table, points: dict[str, float | None], config: BoardConfig):
-    speed_col = config.speed
-    if speed_col is None:  # the first speed column a suite lists among its headline metrics, if any row has it
-        speed_col = next((c.name for c in table.columns if c.role == "speed" and c.headline and not c.config), None)
-    if speed_col is not None and speed_col not in {c.name for c in table.columns}:
-        raise MixbenchError(f"board: speed column '{speed_col}' is not on the board.")
-    quality = config.quality
-    if quality is not None and quality not in {c.name for c in table.columns}:
-        raise MixbenchError(f"board: quality column '{quality}' is not on the board.")
-    quality_name = quality or "borda points"
-    higher = True if quality is None else table.column(quality).higher_is_better
-    out: dict[str, bool | None] = {}
-    for _, rows in _by_preset(table).items():
-        pts = {}
-        for row in rows:
-            if row.control or row.external:  # controls are what the candidates are measured against; external
-                # models are shown beside them
-                out[row.key] = None
-                continue
-            q = points.get(row.key) if quality is None else _value(table.cell(row, quality))
-            s = _speed_value(table, row, speed_col)
-            if q is None or s is None or math.isnan(q):
-                out[row.key] = None
-                continue
-            pts[row.key] = (s, q)
-        front = pareto_front(pts, True, higher)
-        out.update({k: k in front for k in pts})
-    return speed_col or "", quality_name, out
-
-
-def _value(cell: Cell | None) -> float | None:
-    return None if cell is None else cell.value

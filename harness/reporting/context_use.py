@@ -28,7 +28,8 @@ from harness import stats
 from harness.reporting.table import Cell, Column, Row
 
 if TYPE_CHECKING:
-    from harness.reporting.board import Board, CellDifference
+    from harness.reporting.board import Board
+    from harness.reporting.differences import CellDifference
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def position_groups(columns: list[Column]) -> dict[str, list[Column]]:
 
 def context_use(board: "Board") -> list[ContextUse]:
     """Every mixer row's :class:`ContextUse` in the first group of position columns (the in-domain one)."""
-    from harness.reporting.board import cell_difference
+    from harness.reporting.differences import cell_difference
 
     table, config = board.table, board.config
     groups = position_groups(table.columns)
@@ -125,7 +126,7 @@ def _far_minus_near(board: "Board", preset: str, row: Row, control: Row, near: C
     """(row - control) at ``far`` minus (row - control) at ``near``, paired on the documents all four cells share,
     bootstrapped over documents, with the seed spread of the far-minus-near difference added (each bucket's own
     spread where no row has several seeds: an overestimate)."""
-    from harness.reporting.board import _normal_difference
+    from harness.reporting.differences import normal_difference
 
     cells = [board.table.cell(r, c) for r in (row, control) for c in (near, far)]
     if any(c is None or not c.items for c in cells):
@@ -161,7 +162,7 @@ def _far_minus_near(board: "Board", preset: str, row: Row, control: Row, near: C
             noise = board.seed_noise.get((preset, column.name))
             if noise is not None and noise.scale == "items":
                 seed_var += noise.sd**2 * (1 / n_a + 1 / n_c)
-    return _normal_difference(res.point, math.sqrt((item_se or 0.0) ** 2 + seed_var), "items")
+    return normal_difference(res.point, math.sqrt((item_se or 0.0) ** 2 + seed_var), "items")
 
 
 def _far_minus_near_spread(board: "Board", preset: str, near: Column, far: Column) -> float | None:

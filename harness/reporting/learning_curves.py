@@ -34,7 +34,7 @@ def draw_curves(preset: str, curves: list[tuple[Row, list[dict[str, Any]]]], pat
     from matplotlib.ticker import FuncFormatter
 
     from harness.reporting.plotting import figure, save
-    from harness.reporting.render import si
+    from harness.reporting.numbers import si
 
     drawable = [(row, [p for p in curve if p.get("flops") and p.get("loss") is not None]) for row, curve in curves]
     drawable = [(row, pts) for row, pts in drawable if pts]

@@ -30,7 +30,7 @@ UNTUNED_MARK = "*"
 
 def preamble(board: "Board") -> list[str]:
     """The board's first lines (see the module docstring), in order."""
-    from harness.reporting.render import si
+    from harness.reporting.numbers import si
 
     lines = []
     first = board.headline()
@@ -279,7 +279,7 @@ def p_text(p: float) -> str:
 
 def difference_words(d, higher: bool, alpha: float, mine: str = "mixer", other: str = "control",
                      significant: bool | None = None, family: str = "") -> str:
-    """A paired difference (``mine - other``, :class:`harness.reporting.board.CellDifference`) in words, its
+    """A paired difference (``mine - other``, :class:`harness.reporting.differences.CellDifference`) in words, its
     direction first: ``control better, p = 0.002`` or ``mixer better but not significant (p = 0.08)``. The reader
     should not have to work out from a sign and a p-value who came out ahead. ``significant`` overrides
     ``p < alpha`` (a Holm-corrected decision); ``family`` names the correction (``over 4 mixers``)."""

@@ -74,9 +74,10 @@ from harness.reporting.board import Board, BoardConfig, build_board
 from harness.reporting.preamble import lead_sentence, null_words, preamble, veto_reason
 from harness.errors import MixbenchError
 from harness.registry import SUITES
-from harness.reporting.render import (
-    CONTROL_MARK, MISSING, STABILITY_MARK, board_json, ordered_rows, readable, render, si,
-)
+from harness.reporting.board_document import board_json
+from harness.reporting.legend import CONTROL_MARK, STABILITY_MARK
+from harness.reporting.numbers import MISSING, readable, si
+from harness.reporting.render import ordered_rows, render
 from harness.store.output_folder import Keep, OutputKind, check_output_folder, replacing
 from harness.store.results import ResultsStore, RunRecord, json_safe
 from harness.reporting.site_html import (

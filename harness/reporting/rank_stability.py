@@ -7,8 +7,8 @@ of it? (docs/rank_stability.md; issue 34, item 4)
 * **The two budgets**: the series' largest budget ``B`` and the largest budget at most ``B/2`` it holds; none, and
   the column says so (``no half budget``); a series of one budget gets no record on the board (``only one budget``).
 * **Orderings** are per column, best first by value, with tie groups computed among the series' models at that
-  budget (:func:`harness.reporting.board.tie_groups`: paired tests on shared items, Holm). Ranks are competition
-  ranks among the members present at both budgets, so the two ranks of a member are comparable.
+  budget (:func:`harness.reporting.differences.tie_groups`: paired tests on shared items, Holm). Ranks are
+  competition ranks among the members present at both budgets, so the two ranks of a member are comparable.
 * **A swap** is a pair of members, present at both budgets, whose order by value is reversed, unless the two are
   in one tie group at both budgets (the board claims no order between them at either, so none changed). A column
   whose ordering has a swap is ``changed``; with none, ``held``; fewer than two members with values at both
@@ -23,8 +23,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from harness.reporting.board import BoardConfig, tie_groups
-from harness.reporting.render import si
+from harness.reporting.board_config import BoardConfig
+from harness.reporting.differences import tie_groups
+from harness.reporting.numbers import si
 from harness.reporting.table import Column, Row, Table
 
 STATUSES = ("held", "changed", "no half budget", "too few", "only one budget")

@@ -22,7 +22,7 @@ MIN_PREFIX = 4
 
 
 def _number(x: float | None) -> str:
-    from harness.reporting.render import fmt
+    from harness.reporting.numbers import fmt
 
     return fmt(x)
 
@@ -152,10 +152,11 @@ def compare_models(store: ResultsStore, a: str, b: str, suites: Iterable[str] | 
                    alpha: float = 0.05, all_metrics: bool = False) -> tuple[str, str, list[Comparison]]:
     """Paired differences of the board rows named ``a`` and ``b`` (a row label such as ``mamba``, a row key, or a
     run id prefix) on every column both have (the board's headline columns; every metric with ``all_metrics``): the
-    board's own :func:`harness.reporting.board.cell_difference` (paired bootstrap on shared items, seeds averaged
+    board's own :func:`harness.reporting.differences.cell_difference` (paired bootstrap on shared items, seeds averaged
     per item), Holm-corrected across the columns that get a verdict (every role but :data:`NO_VERDICT_ROLES`)."""
     from harness import stats
-    from harness.reporting.board import BoardConfig, cell_difference, column_seed_noise
+    from harness.reporting.board import BoardConfig
+    from harness.reporting.differences import cell_difference, column_seed_noise
     from harness.reporting.table import build_table
 
     store.require_existing()
@@ -278,6 +279,6 @@ def speed_ratio_text(a: str, b: str, kind: str | None, names: tuple[str, str] = 
 
 
 def _number_sig(x: float, significant: int) -> str:
-    from harness.reporting.render import fmt
+    from harness.reporting.numbers import fmt
 
     return fmt(x, significant)

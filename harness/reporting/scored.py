@@ -128,7 +128,7 @@ def numbers_table(runs: list[RunRecord]) -> str:
 
 
 def _value(x: float) -> str:
-    from harness.reporting.render import fmt
+    from harness.reporting.numbers import fmt
 
     return fmt(x)
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.reporting.board import Board, effective_groups, group_points
-from harness.reporting.render import MISSING, Display, display, ordered_rows, rank_text
+from harness.reporting.board import Board, effective_groups
+from harness.reporting.numbers import MISSING
+from harness.reporting.render import Display, display, ordered_rows, rank_text
 from harness.reporting.table import Column, Row
+from harness.stats import group_points
 
 #: the leading columns, in the order the site shows them; the voting columns go right after ``params``
 FIRST = ("rank", "order", "model", "preset", "params")

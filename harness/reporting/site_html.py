@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 from harness.reporting.board import Board
-from harness.reporting.render import CONTROL_MARK, MISSING, STABILITY_MARK, legend, readable
+from harness.reporting.numbers import MISSING, readable
+from harness.reporting.legend import CONTROL_MARK, STABILITY_MARK, legend
 from harness.store.results import json_safe
 from harness.reporting.table import Column
 

@@ -53,7 +53,7 @@ def draw_metric(board: Board, column: Column, rows: list[Row]):
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     from harness.reporting.plotting import figure
-    from harness.reporting.render import readable
+    from harness.reporting.numbers import readable
 
     table = board.table
     points = [(r, c) for r in rows if (c := table.cell(r, column)) is not None and c.value is not None

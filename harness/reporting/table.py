@@ -266,7 +266,7 @@ def _below_largest_budget(rows: dict[str, Row]) -> list[Row]:
 
 
 def _earlier_note(earlier: list[Row]) -> str:
-    from harness.reporting.render import si
+    from harness.reporting.numbers import si
 
     budgets = ", ".join(si(b) for b in sorted({r.budget for r in earlier if r.budget is not None}))
     return (f"{len(earlier)} row(s) trained at smaller token budgets ({budgets}) of settings also trained at a larger "

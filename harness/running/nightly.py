@@ -382,10 +382,10 @@ def run_nightly(
 
     if publish_dir is not None:
         publish_site = _publisher()  # fail before the night's work, not after it
-    from harness.running.plan_commands import run_sweep
+    from harness.running.training_time import check_requests_time
+    from harness.running.tune import run_sweep
 
     reqs = plan.requests(device, progress=progress, plugins=plugins, skip_gate=skip_gate, yes=yes)
-    from harness.running.plan_commands import check_requests_time
 
     check_requests_time(reqs)  # a rung estimated past the time limit stops the night before any work
     run_sweep(plan, store, device, progress, skip_gate, yes)

@@ -87,6 +87,8 @@ def cmd_run_plan(args: argparse.Namespace) -> int:
     from harness.running.plan import load_plan
     from harness.store.results import ResultsStore
     from harness.running.runner import run_requests
+    from harness.running.training_time import check_requests_time
+    from harness.running.tune import run_sweep
 
     plan = load_plan(args.plan)
     store = ResultsStore(args.results)
@@ -111,40 +113,6 @@ def run_plan_grid(plan, store, device: str | None = None, progress: bool = True,
 
     reqs = plan.requests(plan_device(plan, device), progress=progress, plugins=plugins, yes=yes)
     return run_requests(reqs, store, keep_going=keep_going)
-
-
-def check_requests_time(reqs) -> None:
-    """Refuse a grid with a model estimated to train past the time limit (unless its options say ``yes``), before
-    any work: the runner checks again, from a cache, before its jobs (:mod:`harness.running.training_time`)."""
-    from harness.model.specs import make_run_spec
-    from harness.running.training_time import check_training_time, training_label
-
-    for req in reqs:
-        for mixer in req.all_mixers():
-            spec = make_run_spec(mixer, req.preset, req.mixer_configs.get(mixer), req.backbone_overrides,
-                                 req.train_overrides, req.data_overrides, match=req.match)
-            check_training_time(spec, req.options.device, req.options.yes, training_label(spec))
-
-
-def run_sweep(plan, store, device: str, progress: bool, skip_gate: bool = False, yes: bool = False) -> None:
-    """A plan's ``sweep:``: tune its mixers (controls included) at each preset on validation, with the plan's own
-    overrides, into recipes/<preset>.json, which the grid then trains with (docs/protocol.md)."""
-    if not plan.sweep:
-        return
-    from harness.running.tune import TuneRequest, tune
-
-    if plan.ladder:
-        from harness.errors import ConfigError
-
-        raise ConfigError(f"plan {plan.name}: sweep and ladder together would tune one rung for all; tune each rung's "
-                          "setting with `mixbench tune` instead.")
-    for preset in plan.presets:
-        req = TuneRequest(preset, tuple(plan.all_mixers), dict(plan.sweep), seeds=1,
-                          mixer_configs={m: dict(c) for m, c in plan.mixer_configs.items()},
-                          backbone_overrides=dict(plan.backbone), train_overrides=dict(plan.train),
-                          data_overrides=dict(plan.data), match=plan.match, device=device, progress=progress,
-                          skip_gate=skip_gate, yes=yes)
-        print(tune(req, store).render())
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ from harness.model.checkpoint import load_checkpoint, resolve, save_checkpoint, 
 from harness.config import RunSpec, TrainConfig
 from harness.running.distributed import DistEnv, all_mean, all_sum, barrier, wrap
 from harness.errors import MixbenchError, NonFiniteLossError
-from harness.store.identity import model_identity
+from harness.store.identity import model_identity, train_id
 from harness.store.provenance import provenance
 
 
@@ -169,11 +169,11 @@ def _train(
     existing = resolve(out_dir) if out_dir.exists() else None
     if existing is not None:
         ckpt = load_checkpoint(out_dir)
-        if ckpt.spec.train_id != spec.train_id:
+        if train_id(ckpt.spec) != train_id(spec):
             if not force:
                 raise MixbenchError(
                     f"{out_dir} holds a checkpoint of a different run ({ckpt.spec.model.mixer}, train id "
-                    f"{ckpt.spec.train_id}); choose another --out or pass --force to overwrite it."
+                    f"{train_id(ckpt.spec)}); choose another --out or pass --force to overwrite it."
                 )
         elif ckpt.final and not force:
             return TrainResult(

@@ -183,3 +183,15 @@ def grid_cost_line(specs: list[RunSpec], suite_runs: int, device: str | torch.de
              f", about {took} of training at the speed measured here (a few optimizer steps of each)")
     return (f"[mixbench] this grid trains {len(specs)} model(s): {steps:,} optimizer steps, {tokens:,} tokens{timed}; "
             f"then {suite_runs} suite run(s)")
+
+
+def check_requests_time(reqs) -> None:
+    """Refuse a grid with a model estimated to train past the time limit (unless its options say ``yes``), before
+    any work: the runner checks again, from a cache, before its jobs (:mod:`harness.running.training_time`)."""
+    from harness.model.specs import make_run_spec
+
+    for req in reqs:
+        for mixer in req.all_mixers():
+            spec = make_run_spec(mixer, req.preset, req.mixer_configs.get(mixer), req.backbone_overrides,
+                                 req.train_overrides, req.data_overrides, match=req.match)
+            check_training_time(spec, req.options.device, req.options.yes, training_label(spec))

@@ -350,3 +350,20 @@ def _seed_spread(req: TuneRequest, entries: list[RecipeEntry], trainer: _Trainer
     found = pooled[split]
     return SeedSpread(NLL_SCALE, round(found.estimate, 6), round(found.upper, 6), found.df, seeds, (split,),
                       per_mixer)
+
+
+def run_sweep(plan, store, device: str, progress: bool, skip_gate: bool = False, yes: bool = False) -> None:
+    """A plan's ``sweep:``: tune its mixers (controls included) at each preset on validation, with the plan's own
+    overrides, into recipes/<preset>.json, which the grid then trains with (docs/protocol.md)."""
+    if not plan.sweep:
+        return
+    if plan.ladder:
+        raise ConfigError(f"plan {plan.name}: sweep and ladder together would tune one rung for all; tune each rung's "
+                          "setting with `mixbench tune` instead.")
+    for preset in plan.presets:
+        req = TuneRequest(preset, tuple(plan.all_mixers), dict(plan.sweep), seeds=1,
+                          mixer_configs={m: dict(c) for m, c in plan.mixer_configs.items()},
+                          backbone_overrides=dict(plan.backbone), train_overrides=dict(plan.train),
+                          data_overrides=dict(plan.data), match=plan.match, device=device, progress=progress,
+                          skip_gate=skip_gate, yes=yes)
+        print(tune(req, store).render())

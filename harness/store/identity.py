@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import content_hash, to_dict
+from harness.config import RunSpec, content_hash, to_dict
 
 #: bump when the meaning of an identity changes (a new part, another hash): every stored id changes with it
 IDENTITY_VERSION = 2
@@ -289,10 +289,10 @@ def gate_identity(mixer: str, mixer_config: dict[str, Any], backbone: dict[str, 
     })
 
 
-def spec_identity(spec_json: dict[str, Any]) -> str:
-    """A training run's spec as written (``RunSpec.train_id``): a checkpoint folder resumes only the same spec.
-    Unlike :func:`model_identity` it holds no code fingerprint, so a resumed run survives a code change."""
-    return content_hash(spec_json)
+def train_id(spec: RunSpec) -> str:
+    """A training run's spec as written: a checkpoint folder resumes only the same spec. Unlike
+    :func:`model_identity` it holds no code fingerprint, so a resumed run survives a code change."""
+    return content_hash(spec.to_json())
 
 
 def suite_identity(suite: str, suite_config: Any) -> dict[str, Any]:
