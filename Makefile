@@ -65,11 +65,13 @@ quickstart: setup
 	$(BIN)/mixbench quickstart
 
 # The reference board of the embedded default (results/README.md): a quickstart of 3 training seeds into a fresh
-# store, then the board (ties, vetoes and ranks count the spread between the seeds; docs/protocol.md).
+# store, then the board (ties, vetoes and ranks count the spread between the seeds; docs/protocol.md). It adds a
+# hybrid of the paper's mixers beside its parts (three DeltaNet layers then one attention layer; docs/hybrids.md).
 REF := results/reference
+REF_ADD := hybrid:deltanet*3+attention
 reference-board: setup
 	rm -rf $(REF)/store && mkdir -p $(REF)
-	$(BIN)/mixbench quickstart --results $(REF)/store --seeds 0,1,2 --no-progress > $(REF)/quickstart.log 2>&1
+	$(BIN)/mixbench quickstart --results $(REF)/store --seeds 0,1,2 --add-mixers "$(REF_ADD)" --no-progress > $(REF)/quickstart.log 2>&1
 	$(BIN)/mixbench leaderboard --results $(REF)/store --output $(REF)/board.md
 	$(BIN)/mixbench leaderboard --results $(REF)/store --all --format json --output $(REF)/board.json
 	rm -rf $(REF)/store

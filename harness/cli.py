@@ -233,6 +233,9 @@ def build_parser(suite_commands: list[list[str]] | None = None) -> argparse.Argu
     p.add_argument("--preset", default="quick", help="tiny | quick | paper-small | paper-large | long (default: quick)")
     p.add_argument("--seeds", default="0",
                    help="comma-separated training seeds (default: 0; the reference board runs 0,1,2)")
+    p.add_argument("--add-mixers", default="",
+                   help="comma-separated models scored beside the quickstart's mixers, e.g. a hybrid (quote it: "
+                        "\"hybrid:deltanet*3+attention\"); the reference board adds one (docs/hybrids.md)")
     p.add_argument("--workers", type=int, default=None,
                    help="models trained and scored side by side, one thread each (default: one per core on the CPU; "
                         "1: one after another in this process); timings are made alone afterwards")
@@ -781,7 +784,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
              else "ties and vetoes count the spread between them"),
           flush=True)
     # a failure of one mixer or suite must not cost the rest of the board: it is listed, and the exit code is 1
-    code = _run_grid(args, quickstart_mixers(), list(suites), seeds, suites, keep_going=True,
+    mixers = quickstart_mixers()
+    mixers += [m for m in _csv(args.add_mixers) if m not in mixers]
+    code = _run_grid(args, mixers, list(suites), seeds, suites, keep_going=True,
                      budget_suites=quickstart_budgets())
     from harness.reporting.scored import report_noted
 
