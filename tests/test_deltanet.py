@@ -38,23 +38,23 @@ def test_gated_gradients_stay_finite_under_strong_decay():
 def test_state_layout_and_size():
     delta = make("deltanet")
     state = delta.init_state(3, torch.device("cpu"), torch.float32)
-    assert state["recurrent"].shape == (3, 4, 8, 8) and len(state["conv"]) == 3
+    assert state["recurrent_state"].shape == (3, 4, 8, 8) and len(state["conv_state"]) == 3
     assert delta.state_size(10) == 4 * 8 * 8 + (32 + 32 + 32) * 4
     no_conv = make("deltanet", use_short_conv=False)
-    assert set(no_conv.init_state(1, torch.device("cpu"), torch.float32)) == {"recurrent"}
+    assert set(no_conv.init_state(1, torch.device("cpu"), torch.float32)) == {"recurrent_state"}
     gated = make("gated-deltanet", d_model=64)  # 6 heads of 64 / 8 = 8 key dims, 16 value dims (fla: [V, K])
-    assert gated.init_state(1, torch.device("cpu"), torch.float32)["recurrent"].shape == (1, 6, 16, 8)
+    assert gated.init_state(1, torch.device("cpu"), torch.float32)["recurrent_state"].shape == (1, 6, 16, 8)
 
 
 def test_step_does_not_modify_the_callers_state():
     layer = make("gated-deltanet", d_model=64)
     state = layer.init_state(1, torch.device("cpu"), torch.float32)
-    state["recurrent"] += 1.0
-    before = state["recurrent"].clone(), [c.clone() for c in state["conv"]]
+    state["recurrent_state"] += 1.0
+    before = state["recurrent_state"].clone(), [c.clone() for c in state["conv_state"]]
     with torch.no_grad():
         layer.step(torch.randn(1, 64), state)
-    assert torch.equal(state["recurrent"], before[0])
-    assert all(torch.equal(a, b) for a, b in zip(state["conv"], before[1]))
+    assert torch.equal(state["recurrent_state"], before[0])
+    assert all(torch.equal(a, b) for a, b in zip(state["conv_state"], before[1]))
 
 
 def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):

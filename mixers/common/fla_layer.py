@@ -8,8 +8,9 @@ same way for every such mixer:
   selected kernel) with a :class:`OneLayerCache` when there is a state; fla's CUDA kernels run under the
   subclass's :attr:`cuda_dtype` autocast. Results are cast back to the input's dtype and a state keeps its own.
 * **State.** The decode state is the dict of entries fla's own cache keeps for the layer (``recurrent_state``,
-  ``conv_state``...), as :meth:`empty_cache` builds them (empty: the layer creates them on its first call),
-  plus ``seen`` (an int64 count of the tokens before,
+  ``conv_state``...), as :meth:`empty_cache` builds them (by default zeros: the recurrent state of
+  :attr:`_recurrent_shape` and the q, k, v short convolutions' caches; empty where the layer creates them on its
+  first call), plus ``seen`` (an int64 count of the tokens before,
   for layers that read positions, :attr:`tracks_position`). States are never modified in place: ``step``
   clones them first, since fla's CUDA decode kernels write caches in place.
 * **Initialisation.** fla's model recipe (``FLAPreTrainedModel._init_weights``: N(0, 0.02) for every linear and
@@ -20,6 +21,7 @@ same way for every such mixer:
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -103,9 +105,30 @@ class FlaLayerMixer(RoutedMixer):
         """Route the layer's own sequence ops (idempotent); called before the layer is built."""
         raise NotImplementedError
 
-    def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-        """The layer's cache entries before any token, named as fla names them."""
+    @property
+    def _recurrent_shape(self) -> tuple[int, ...]:
+        """The recurrent state per sequence, in the layer's own layout (for the default :meth:`empty_cache`)."""
         raise NotImplementedError
+
+    @property
+    def _conv_dims(self) -> tuple[int, ...]:
+        """Channels of the q, k and v short convolutions (used when ``cfg.use_short_conv``)."""
+        return self.layer.key_dim, self.layer.key_dim, self.layer.value_dim
+
+    def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+        """The layer's cache entries before any token, named as fla names them: ``recurrent_state`` and, with short
+        convolutions, ``conv_state``, the q, k, v caches [B, channels, conv_size]; all zeros."""
+        cache: dict[str, Any] = {
+            "recurrent_state": torch.zeros(batch_size, *self._recurrent_shape, device=device, dtype=dtype)}
+        if self.cfg.use_short_conv:
+            cache["conv_state"] = tuple(torch.zeros(batch_size, d, self.cfg.conv_size, device=device, dtype=dtype)
+                                        for d in self._conv_dims)
+        return cache
+
+    def state_size(self, seq_len: int) -> int:
+        """The floats of :meth:`empty_cache`'s default entries (O(1) in the length)."""
+        conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
+        return math.prod(self._recurrent_shape) + conv
 
     def init_weights(self) -> None:
         for module in self.layer.modules():
@@ -152,10 +175,15 @@ class FlaLayerMixer(RoutedMixer):
         y = out[0].to(x.dtype)
         if cache is None:
             return y, None
-        new_state = {k: _cast(v, state.get(k)) for k, v in (cache.entries or {}).items()}
+        return y, self._next_state(state, cache.entries or {}, x.shape[1])
+
+    def _next_state(self, state: dict[str, Any], entries: dict[str, Any], n_tokens: int) -> dict[str, Any]:
+        """The state after ``n_tokens`` more: the layer's new cache ``entries`` in the dtypes of ``state``'s (the
+        kernels may compute in another, bf16 on CUDA), and ``seen`` advanced."""
+        new_state = {k: _cast(v, state.get(k)) for k, v in entries.items()}
         if "seen" in state:
-            new_state["seen"] = state["seen"] + x.shape[1]
-        return y, new_state
+            new_state["seen"] = state["seen"] + n_tokens
+        return new_state
 
     def step(self, x_t: torch.Tensor, state: dict[str, Any]):
         y, state = self.forward(x_t.unsqueeze(1), {k: _clone(v) for k, v in state.items()})

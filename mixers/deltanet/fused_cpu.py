@@ -127,7 +127,7 @@ def _output_norm(layer: nn.Module, o: torch.Tensor, x: torch.Tensor) -> torch.Te
 
 
 def state_tuple(state: dict[str, Any] | None) -> tuple[torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
-    """The recurrent and conv parts of a mixer state (None when there is no state)."""
+    """The recurrent and conv parts of a mixer state, fla's cache entries (None when there is no state)."""
     if state is None:
         return None, None
-    return state["recurrent"], state.get("conv")
+    return state["recurrent_state"], state.get("conv_state")

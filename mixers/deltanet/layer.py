@@ -15,13 +15,14 @@ Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one on
   calls (decode) run the recurrence;
 * ``triton`` — fla's Triton kernels, run under bf16 autocast because its chunk delta-rule kernel rejects fp32.
 
-State goes through the layer's own cache protocol (a one-layer stand-in for fla's ``Cache``): the recurrent
-state [B, H, K, V] (Gated DeltaNet stores it [B, H, V, K]) plus, with short convolutions, the last ``conv_size``
-inputs of the q, k and v convolutions: O(1) in the length. Initialisation is fla's model recipe
-(``FLAPreTrainedModel._init_weights``: N(0, 0.02) for every linear and convolution weight, zero biases), except
-``o_proj``, which the backbone initialises by its one rule for every mixer (docs/protocol.md).
-Units are heads (zeroed before ``o_proj`` by the mask intervention); the recorder gets the recurrent state's
-norm per head after each stateful call.
+The shell of every fla mixer (:class:`mixers.common.fla_layer.FlaLayerMixer`) does the calls, the state, the
+initialisation and the units; kernel ``chunk`` alone bypasses the layer (:mod:`mixers.deltanet.fused_cpu`, the
+same maths in fewer operations). State (fla's cache entries for the layer): ``recurrent_state`` [B, H, K, V]
+(Gated DeltaNet stores it [B, H, V, K]) plus, with short convolutions, ``conv_state``, the last ``conv_size``
+inputs of the q, k and v convolutions: O(1) in the length. Initialisation is fla's model recipe (N(0, 0.02) for
+every linear and convolution weight, zero biases), except ``o_proj``, which the backbone initialises by its one
+rule for every mixer (docs/protocol.md). Units are heads (zeroed before ``o_proj`` by the mask intervention); the
+recorder gets the recurrent state's norm per head after each stateful call.
 """
 
 from __future__ import annotations
@@ -32,19 +33,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from harness.errors import ConfigError
 from harness.mixer import FlopCount, KernelBenchmark, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers.deltanet import fla_routing, delta_rule, fused_cpu
-from mixers.common import routing
-from mixers.common.routed_mixer import RoutedMixer
-
-#: fla's initializer_range
-INIT_STD = 0.02
+from mixers.common.fla_layer import FlaLayerMixer
+from mixers.deltanet import delta_rule, fla_routing, fused_cpu
 
 
 @dataclass(frozen=True)
@@ -76,50 +72,15 @@ class GatedDeltaNetConfig:
     allow_neg_eigval: bool = option(False, "beta in (0, 2): negative eigenvalues of the transition")
 
 
-class _LayerCache:
-    """The part of fla's ``Cache`` its layers use (``len``, ``[layer_idx]``, ``update``), for one layer (index 0)."""
+class _DeltaBase(FlaLayerMixer):
+    """What DeltaNet and Gated DeltaNet add to the fla shell: kernel ``chunk`` (the layer's maths written for CPU),
+    the chunked delta rule's benchmark, FLOPs and the state norm's recording."""
 
-    def __init__(self, state: dict[str, Any]):
-        self.state = state
-
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, layer_idx: int) -> dict[str, Any]:
-        return self.state
-
-    def update(self, layer_idx: int = 0, recurrent_state=None, conv_state=None, **_: Any) -> dict[str, Any]:
-        self.state = {"recurrent_state": recurrent_state, "conv_state": conv_state}
-        return self.state
-
-
-class _DeltaBase(RoutedMixer):
     portable_kernels = ("recurrent", "naive-chunk", "chunk")
-    cuda_kernels = ("triton",)
-    packages = ("flash-linear-attention", "fla-core", "triton")
     cuda_dtype = torch.bfloat16  # fla's chunk delta-rule kernel asserts non-fp32 inputs
-    layer: nn.Module
-
-    #: the ``fla.layers`` class wrapped (``fla:<it>`` runs on CPU through :meth:`install_routes`)
-    fla_layer: str = ""
-
-    def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
-        super().__init__(cfg, d_model, layer_idx, n_layers)
-        self.install_routes()
 
     def install_routes(self) -> None:
         fla_routing.install()
-
-    def _finish_init(self) -> None:
-        for module in self.layer.modules():
-            if isinstance(module, (nn.Linear, nn.Conv1d)):
-                nn.init.normal_(module.weight, 0.0, INIT_STD)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        self._install_unit_mask()
-
-    def default_kernel(self, device: torch.device) -> str:
-        return "triton" if device.type == "cuda" else "chunk"
 
     def chunk_lengths(self) -> tuple[int, ...]:
         return (delta_rule.CHUNK, fla_routing.CHUNK)
@@ -148,29 +109,6 @@ class _DeltaBase(RoutedMixer):
         flops = 3 * delta_rule.chunked_flops(batch, seq_len, H, K, V)
         return KernelBenchmark(run, flops, "chunked delta rule, forward + backward")
 
-    def output_projection(self) -> nn.Linear:
-        return self.layer.o_proj
-
-    def _unit_width(self) -> int:
-        return self.layer.head_v_dim
-
-    @property
-    def _conv_dims(self) -> tuple[int, int, int]:
-        return self.layer.key_dim, self.layer.key_dim, self.layer.value_dim
-
-    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "recurrent": torch.zeros(batch_size, *self._recurrent_shape, device=device, dtype=dtype)
-        }
-        if self.cfg.use_short_conv:
-            W = self.cfg.conv_size
-            state["conv"] = tuple(torch.zeros(batch_size, d, W, device=device, dtype=dtype) for d in self._conv_dims)
-        return state
-
-    def state_size(self, seq_len: int) -> int:
-        conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
-        return math.prod(self._recurrent_shape) + conv
-
     #: per-head scalar projections (beta, and Gated DeltaNet's decay), and whether the state decays at each step
     #: (Gated DeltaNet: one product per state float and one exponential per head); for ``flops_per_token``
     _head_projections = 1
@@ -194,50 +132,21 @@ class _DeltaBase(RoutedMixer):
         return FlopCount.training(products + recurrence)
 
     def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None):
-        self._check_device(x)
+        """Kernel ``chunk``: :func:`mixers.deltanet.fused_cpu.forward`; the others: the layer through the shell.
+        After a call with a state the recorder gets the recurrent state's norm per head."""
         if self.kernel == "chunk":
-            return self._forward_chunk(x, state)
-        cache = None
-        if state is not None:
-            cache = _LayerCache({"recurrent_state": state["recurrent"], "conv_state": state.get("conv")})
-        on_cuda_kernel = self.kernel in self.cuda_kernels
-        with routing.selected(self.kernel), torch.autocast("cuda", self.cuda_dtype, enabled=on_cuda_kernel):
-            y, _, _ = self.layer(x, past_key_values=cache, use_cache=state is not None)
-        y = y.to(x.dtype)
-        if cache is None:
-            return y, None
-        # the state keeps its dtype when the kernels compute in another (bf16 on CUDA)
-        new_state: dict[str, Any] = {"recurrent": cache.state["recurrent_state"].to(state["recurrent"].dtype)}
-        if self.cfg.use_short_conv:
-            new_state["conv"] = tuple(c.to(old.dtype) for c, old in zip(cache.state["conv_state"], state["conv"]))
-        if recording():
-            record(self.layer_idx, "delta_state_norm", new_state["recurrent"].flatten(2).norm(dim=-1).unsqueeze(1))
+            recurrent, conv = fused_cpu.state_tuple(state)
+            y, final, new_conv = fused_cpu.forward(self.layer, x, recurrent, conv, with_state=state is not None)
+            new_state = None
+            if state is not None:
+                entries = {"recurrent_state": final, **({"conv_state": new_conv} if new_conv is not None else {})}
+                new_state = self._next_state(state, entries, x.shape[1])
+        else:
+            y, new_state = super().forward(x, state)
+        if new_state is not None and recording():
+            record(self.layer_idx, "delta_state_norm",
+                   new_state["recurrent_state"].flatten(2).norm(dim=-1).unsqueeze(1))
         return y, new_state
-
-    def _forward_chunk(self, x: torch.Tensor, state: dict[str, Any] | None):
-        """Kernel ``chunk``: :func:`mixers.deltanet.fused_cpu.forward` (the layer's maths, written for CPU)."""
-        recurrent, conv = fused_cpu.state_tuple(state)
-        y, final, new_conv = fused_cpu.forward(self.layer, x, recurrent, conv, with_state=state is not None)
-        if state is None:
-            return y, None
-        new_state: dict[str, Any] = {"recurrent": final.to(state["recurrent"].dtype)}
-        if self.cfg.use_short_conv:
-            new_state["conv"] = tuple(c.to(old.dtype) for c, old in zip(new_conv, state["conv"]))
-        if recording():
-            record(self.layer_idx, "delta_state_norm", new_state["recurrent"].flatten(2).norm(dim=-1).unsqueeze(1))
-        return y, new_state
-
-    def step(self, x_t: torch.Tensor, state: dict[str, Any]):
-        state = {  # fla's CUDA decode kernels update the caches in place
-            "recurrent": state["recurrent"].clone(),
-            **({"conv": tuple(c.clone() for c in state["conv"])} if "conv" in state else {}),
-        }
-        y, state = self.forward(x_t.unsqueeze(1), state)
-        return y.squeeze(1), state
-
-    @property
-    def _recurrent_shape(self) -> tuple[int, ...]:
-        raise NotImplementedError
 
 
 @register_mixer("deltanet", config=DeltaNetConfig)
@@ -262,7 +171,7 @@ class DeltaNetMixer(_DeltaBase):
             use_beta=cfg.use_beta, use_gate=cfg.use_gate, use_short_conv=cfg.use_short_conv,
             conv_size=cfg.conv_size, allow_neg_eigval=cfg.allow_neg_eigval, layer_idx=0,
         )
-        self._finish_init()
+        self.finish_init()
 
     @property
     def _recurrent_shape(self) -> tuple[int, ...]:
@@ -299,7 +208,7 @@ class GatedDeltaNetMixer(_DeltaBase):
             use_gate=cfg.use_gate, use_short_conv=cfg.use_short_conv, conv_size=cfg.conv_size,
             allow_neg_eigval=cfg.allow_neg_eigval, layer_idx=0,
         )
-        self._finish_init()
+        self.finish_init()
 
     @property
     def _recurrent_shape(self) -> tuple[int, ...]:  # fla stores it value-first (state_v_first)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -108,21 +107,9 @@ class GatedDeltaProductMixer(FlaLayerMixer):
         n, layer = self.cfg.num_householder, self.layer
         return layer.key_dim, n * layer.key_dim, n * layer.value_dim
 
-    def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-        """``recurrent_state`` [B, H, K, V] (fla's layout for this layer, keys first) and, with short convolutions,
-        ``conv_state``: the q, k, v caches [B, channels, conv_size]."""
-        layer = self.layer
-        cache: dict[str, Any] = {"recurrent_state": torch.zeros(
-            batch_size, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim, device=device, dtype=dtype)}
-        if self.cfg.use_short_conv:
-            cache["conv_state"] = tuple(torch.zeros(batch_size, d, self.cfg.conv_size, device=device, dtype=dtype)
-                                        for d in self._conv_dims)
-        return cache
-
-    def state_size(self, seq_len: int) -> int:
-        layer = self.layer
-        conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
-        return layer.num_v_heads * layer.head_k_dim * layer.head_v_dim + conv
+    @property
+    def _recurrent_shape(self) -> tuple[int, int, int]:  # keys first: fla's layout for this layer
+        return self.layer.num_v_heads, self.layer.head_k_dim, self.layer.head_v_dim
 
     # ------------------------------------------------------------------ cost
     def flops_per_token(self, context: int) -> FlopCount:

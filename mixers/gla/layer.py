@@ -75,28 +75,6 @@ class _LinearAttentionBase(FlaLayerMixer):
     def chunk_lengths(self) -> tuple[int, ...]:
         return (chunk.CHUNK,)
 
-    @property
-    def _state_shape(self) -> tuple[int, int, int]:
-        raise NotImplementedError
-
-    @property
-    def _conv_dims(self) -> tuple[int, int, int]:
-        return self.layer.key_dim, self.layer.key_dim, self.layer.value_dim
-
-    def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
-        cache: dict[str, Any] = {"recurrent_state": torch.zeros(batch_size, *self._state_shape, device=device,
-                                                                dtype=dtype)}
-        if self.cfg.use_short_conv:
-            W = self.cfg.conv_size
-            cache["conv_state"] = tuple(torch.zeros(batch_size, d, W, device=device, dtype=dtype)
-                                        for d in self._conv_dims)
-        return cache
-
-    def state_size(self, seq_len: int) -> int:
-        H, A, B = self._state_shape
-        conv = sum(self._conv_dims) * self.cfg.conv_size if self.cfg.use_short_conv else 0
-        return H * A * B + conv
-
     #: FLOPs per state float per step of the reference recurrence, and per key channel (the gate's exp)
     _per_state_float = 5
     _per_key = 0
@@ -141,7 +119,7 @@ class GLAMixer(_LinearAttentionBase):
         self.finish_init()
 
     @property
-    def _state_shape(self) -> tuple[int, int, int]:  # value-first, as fla's GLA layer stores it
+    def _recurrent_shape(self) -> tuple[int, int, int]:  # value-first, as fla's GLA layer stores it
         return self.layer.num_heads, self.layer.head_v_dim, self.layer.head_k_dim
 
     def _projection_products(self) -> float:
@@ -171,7 +149,7 @@ class RetNetMixer(_LinearAttentionBase):
         self.finish_init()
 
     @property
-    def _state_shape(self) -> tuple[int, int, int]:
+    def _recurrent_shape(self) -> tuple[int, int, int]:
         return self.layer.num_heads, self.layer.head_k_dim, self.layer.head_v_dim
 
     def units(self):
