@@ -2,7 +2,7 @@
 
 One layer at the quick preset's backbone (d = 128, T = 256, batch 4), forward + backward, every kernel of a mixer
 timed in the same interleaved rounds (``harness.timing.interleaved``); the ratio is reference / default per round
-(median and 95% bootstrap interval over rounds). ``--chunks`` also times ``mixers.gla.chunk.chunk_gla`` alone at
+(median and 95% bootstrap interval over rounds). ``--chunks`` also times ``mixers.common.ops.gla.chunk_gla`` alone at
 several chunk lengths (GLA's shapes), which is how its chunk length was chosen (docs/fla_mixers.md).
 
     python benchmarks/fla_mixers.py [--mixers gla,retnet,...] [--repeats 5] [--chunks 8,16,32,64]
@@ -41,7 +41,7 @@ def layer_candidate(name: str, layer: torch.nn.Module, kernel: str, B: int, T: i
 
 
 def chunk_candidates(chunks: list[int], B: int, T: int, H: int, K: int, V: int) -> list[Candidate]:
-    from mixers.gla.chunk import chunk_gla
+    from mixers.common.ops.gla import chunk_gla
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, T, H, n, generator=gen) for n in (K, K, V))

@@ -10,7 +10,7 @@ from layer_checks import rel
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from mixers.gla import routing
-from mixers.gla.chunk import chunk_gla
+from mixers.common.ops.gla import chunk_gla
 
 NAMES = ["gla", "retnet"]
 pytestmark = pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")

@@ -19,7 +19,8 @@ from mixers.protot import chunked_c
 from mixers.protot import layer as protot_layer
 from mixers.protot.layer import ProtoT, ProtoTConfig
 from mixers.protot.chunked import exp_budget, is_gentle, prefix_mean_chunked
-from mixers.protot.gla import decayed_cumsum, gla_inputs, gla_recurrent, prefix_mean_gla
+from mixers.common.ops.gla import gla_recurrent
+from mixers.protot.gla import decayed_cumsum, gla_inputs, prefix_mean_gla
 from mixers.protot.kernels import chunked_flops, prefix_mean_recurrent
 
 FLOOR = 1e-6

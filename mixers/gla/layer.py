@@ -3,7 +3,7 @@
 Each mixer holds one ``fla.layers.GatedLinearAttention`` / ``fla.layers.MultiScaleRetention`` at the backbone
 width, through :class:`mixers.common.fla_layer.FlaLayerMixer` (calls, state, initialisation, units), with its
 sequence ops routed per call by :mod:`mixers.gla.routing`. Kernels: ``recurrent`` (the reference, fla's naive
-recurrences), ``chunk`` (the CPU default: :func:`mixers.gla.chunk.chunk_gla`), ``triton`` (fla's own, on CUDA).
+recurrences), ``chunk`` (the CPU default: :func:`mixers.common.ops.gla.chunk_gla`), ``triton`` (fla's own, on CUDA).
 
 Both are linear attention with a decaying state ``S_t = diag(a_t) S_{t-1} + k_t v_t^T``, read ``o_t = q_t^T S_t``:
 GLA's decay is data-dependent per key channel (``a_t = sigmoid(W x_t)^(1/16)``, a low-rank projection), RetNet's
@@ -24,7 +24,8 @@ from harness.mixer import FlopCount
 from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import FlaLayerMixer
-from mixers.gla import chunk, routing
+from mixers.common.ops import gla as gla_ops
+from mixers.gla import routing
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class _LinearAttentionBase(FlaLayerMixer):
         routing.install()
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        return (chunk.CHUNK,)
+        return (gla_ops.CHUNK,)
 
     #: FLOPs per state float per step of the reference recurrence, and per key channel (the gate's exp)
     _per_state_float = 5

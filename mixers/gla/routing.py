@@ -7,7 +7,7 @@ dispatchers: fla's Triton op for kernel "triton", else
 * kernel "recurrent" (the reference): fla's own naive recurrences, ``naive_recurrent_gla`` and, for retention,
   ``naive_recurrent_simple_gla`` with RetNet's fixed decay per head ``log(1 - 2^(-5 - h))`` (the value fla's
   retention ops pass to their simple-GLA kernels);
-* kernel "chunk": :func:`mixers.gla.chunk.chunk_gla` for calls of several tokens, the recurrence for one.
+* kernel "chunk": :func:`mixers.common.ops.gla.chunk_gla` for calls of several tokens, the recurrence for one.
 
 Both layers store the state as fla's ops do: GLA value-first ([B, H, V, K], ``state_v_first=True``), retention
 key-first ([B, H, K, V]); the naive ops and ours take [B, H, K, V], so GLA's is transposed in and out here.
@@ -20,8 +20,8 @@ import math
 import torch
 
 from mixers.common.fla_modules import no_varlen, quiet_import, routed
+from mixers.common.ops.gla import chunk_gla
 from mixers.common.routing import current
-from mixers.gla.chunk import chunk_gla
 
 _INSTALLED = False
 

@@ -13,9 +13,9 @@ channel (docs/protot_kernels.md). GLA computes ``h_t = exp(g_t) * h_{t-1} + k_t 
 3. one GLA call (scale 1); the GLA's last state is ``S_{T-2}``, one more write gives ``S_{T-1}``.
 
 On CUDA the call is ``fla.ops.gla.chunk_gla`` (Triton, its own backward). Elsewhere, or when fla's Triton
-kernels cannot be imported, it is :func:`gla_recurrent`, GLA by its definition (the tests check it against fla's
-pure-torch ``naive_recurrent_gla``): slow, but the same mapping, so the conformance gate checks the mapping on
-any machine without importing fla.
+kernels cannot be imported, it is :func:`mixers.common.ops.gla.gla_recurrent`, GLA by its definition (the tests
+check it against fla's pure-torch ``naive_recurrent_gla``): slow, but the same mapping, so the conformance gate
+checks the mapping on any machine without importing fla.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import warnings
 
 import torch
 import torch.nn.functional as F
+
+from mixers.common.ops.gla import gla_recurrent
 
 #: positions per block of the masses' decayed cumulative sum
 MASS_CHUNK = 64
@@ -76,17 +78,6 @@ def triton_gla():
     except Exception:  # noqa: BLE001 - any import failure means: no Triton path here
         return None
     return chunk_gla
-
-
-def gla_recurrent(q, k, v, g, h0):
-    """GLA by its definition, one position at a time (fla's ``naive_recurrent_gla`` at scale 1, any dtype):
-    ``h_t = exp(g_t) h_{t-1} + k_t v_t^T``, ``o_t = q_t h_t``. q, k, g: [B, T, H, K]; v: [B, T, H, V];
-    h0: [B, H, K, V] -> (o [B, T, H, V], h_T)."""
-    h, outs = h0, []
-    for q_t, k_t, v_t, g_t in zip(q.unbind(1), k.unbind(1), v.unbind(1), g.unbind(1)):
-        h = g_t.exp()[..., None] * h + k_t[..., None] * v_t[..., None, :]
-        outs.append(torch.einsum("bhk,bhkv->bhv", q_t, h))
-    return torch.stack(outs, dim=1), h
 
 
 def prefix_mean_gla(w, v, rho, log_beta, S0, M0, floor, chunk: int = MASS_CHUNK):

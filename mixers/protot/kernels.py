@@ -12,7 +12,7 @@ Kernels (all take and return a state (S, M), so prefill and continuation work fr
 * ``chunked`` (CPU default, ``mixers/protot/chunked.py``): the same numbers from a few large batched matmuls
   over chunks of 64 positions with a written-out backward;
 * ``gla`` (CUDA default, ``mixers/protot/gla.py``): masses first, then one gated-linear-attention call,
-  flash-linear-attention's Triton kernel on CUDA (fla's pure-torch GLA elsewhere).
+  flash-linear-attention's Triton kernel on CUDA (GLA's definition elsewhere, ``mixers/common/ops/gla.py``).
 
 Every power of beta in these kernels has a non-negative exponent or stays within a dtype-aware budget, so
 nothing divides by a power that underflows (the released implementation's ``beta^s * cumsum(x / beta^s)`` does,

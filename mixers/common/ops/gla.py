@@ -1,10 +1,13 @@
-"""Gated linear attention in chunks, in PyTorch: mixbench's CPU kernel for GLA and RetNet (docs/fla_mixers.md).
+"""Gated linear attention in PyTorch, its definition and its chunked form: one home for the GLA, RetNet and ProtoT
+mixers (docs/fla_mixers.md, docs/protot_kernels.md).
 
 The recurrence (fla's ``naive_recurrent_gla``; RetNet's is the same with one decay per head)::
 
     S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T        o_t = (scale q_t)^T S_t
 
-with log-gates ``g_t <= 0`` per key channel. Over a chunk of ``C`` positions, with ``G_t`` the gates' cumulative
+with log-gates ``g_t <= 0`` per key channel. :func:`gla_recurrent` is this definition token by token at scale 1 in
+the inputs' dtype (ProtoT's CPU fallback for its GLA mapping, which must not import fla). :func:`chunk_gla` is
+mixbench's CPU kernel for GLA and RetNet: over a chunk of ``C`` positions, with ``G_t`` the gates' cumulative
 sum inside the chunk and ``S_0`` the state entering it,
 
     o_t = (scale q_t * exp(G_t))^T S_0 + sum_{s<=t} scale (q_t . (k_s * exp(G_t - G_s))) v_s
@@ -14,7 +17,8 @@ Every exponent is a sum of log-gates over a span that moves forward in time, so 
 (fla's Triton kernel gets the same guarantee by sub-chunking; :func:`chunk_gla` forms the pairwise differences
 ``G_t - G_s`` per key channel directly, [C, C, K] per chunk, which at C = 16 costs less than the products). The
 intra-chunk terms of all chunks are one batched product; the states are a scan over the T / C chunks.
-Autograd differentiates it; tests/test_gla.py checks outputs and gradients against fla's naive recurrences.
+Autograd differentiates both; tests/test_gla.py checks the chunked form's outputs and gradients, and
+tests/test_protot_kernels.py the definition, against fla's naive recurrences.
 """
 
 from __future__ import annotations
@@ -74,3 +78,14 @@ def chunk_gla(
     o = o + (q * G.exp()) @ torch.stack(entering, dim=2)
     o = o.permute(0, 2, 3, 1, 4).reshape(B, N * chunk, H, V)[:, :T]
     return o.to(dtype), (state if output_final_state else None)
+
+
+def gla_recurrent(q, k, v, g, h0):
+    """GLA by its definition, one position at a time (fla's ``naive_recurrent_gla`` at scale 1, any dtype):
+    ``h_t = exp(g_t) h_{t-1} + k_t v_t^T``, ``o_t = q_t h_t``. q, k, g: [B, T, H, K]; v: [B, T, H, V];
+    h0: [B, H, K, V] -> (o [B, T, H, V], h_T)."""
+    h, outs = h0, []
+    for q_t, k_t, v_t, g_t in zip(q.unbind(1), k.unbind(1), v.unbind(1), g.unbind(1)):
+        h = g_t.exp()[..., None] * h + k_t[..., None] * v_t[..., None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q_t, h))
+    return torch.stack(outs, dim=1), h

@@ -1,0 +1,1 @@
+"""Sequence ops that more than one mixer family computes, written once (the GLA recurrence: :mod:`.gla`)."""
