@@ -72,6 +72,33 @@ class GatedDeltaNetConfig:
     allow_neg_eigval: bool = option(False, "beta in (0, 2): negative eigenvalues of the transition")
 
 
+def gated_head_dim(name: str, d_model: int, cfg: Any) -> int:
+    """Key channels per head of a gated delta-rule layer (``gated-deltanet``, ``gated-deltaproduct``):
+    ``cfg.head_dim``, or with 0 fla's sizing rule num_heads * head_dim = 0.75 d_model; values ``expand_v`` wider."""
+    head_dim = cfg.head_dim
+    if not head_dim:
+        if (3 * d_model) % (4 * cfg.num_heads):
+            raise ConfigError(
+                f"{name}: 0.75 * d_model ({0.75 * d_model:g}) is not a multiple of num_heads "
+                f"({cfg.num_heads}); set head_dim explicitly."
+            )
+        head_dim = 3 * d_model // (4 * cfg.num_heads)
+    if head_dim * cfg.expand_v != int(head_dim * cfg.expand_v):
+        raise ConfigError(f"{name}: head_dim * expand_v ({head_dim * cfg.expand_v:g}) must be an integer.")
+    return head_dim
+
+
+def decay_units(layer_idx: int, layer: Any, **attrs: float) -> list[Unit]:
+    """Heads of a layer with fla's gated delta-rule decay (``A_log``, ``dt_bias``), each with its state decay per
+    step at zero input, ``exp(-exp(A_log) softplus(dt_bias))``, that decay's half-life in steps and ``attrs``."""
+    gate = -torch.exp(layer.A_log.detach().float()) * F.softplus(layer.dt_bias.detach().float())
+    units = []
+    for h, decay in enumerate(torch.exp(gate).tolist()):
+        half_life = math.log(0.5) / math.log(decay) if 0.0 < decay < 1.0 else math.inf
+        units.append(Unit(layer_idx, h, "head", {"decay": decay, "half_life": half_life, **attrs}))
+    return units
+
+
 class _DeltaBase(FlaLayerMixer):
     """What DeltaNet and Gated DeltaNet add to the fla shell: kernel ``chunk`` (the layer's maths written for CPU),
     the chunked delta rule's benchmark, FLOPs and the state norm's recording."""
@@ -191,16 +218,7 @@ class GatedDeltaNetMixer(_DeltaBase):
 
     def __init__(self, cfg: GatedDeltaNetConfig, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
-        head_dim = cfg.head_dim
-        if not head_dim:
-            if (3 * d_model) % (4 * cfg.num_heads):
-                raise ConfigError(
-                    f"gated-deltanet: 0.75 * d_model ({0.75 * d_model:g}) is not a multiple of num_heads "
-                    f"({cfg.num_heads}); set head_dim explicitly."
-                )
-            head_dim = 3 * d_model // (4 * cfg.num_heads)
-        if head_dim * cfg.expand_v != int(head_dim * cfg.expand_v):
-            raise ConfigError(f"gated-deltanet: head_dim * expand_v ({head_dim * cfg.expand_v:g}) must be an integer.")
+        head_dim = gated_head_dim("gated-deltanet", d_model, cfg)
         from fla.layers import GatedDeltaNet
 
         self.layer = GatedDeltaNet(
@@ -215,9 +233,4 @@ class GatedDeltaNetMixer(_DeltaBase):
         return self.layer.num_v_heads, self.layer.head_v_dim, self.layer.head_k_dim
 
     def units(self) -> list[Unit]:
-        gate = -torch.exp(self.layer.A_log.detach().float()) * F.softplus(self.layer.dt_bias.detach().float())
-        units = []
-        for h, decay in enumerate(torch.exp(gate).tolist()):  # state decay per step at zero input
-            half_life = math.log(0.5) / math.log(decay) if 0.0 < decay < 1.0 else math.inf
-            units.append(Unit(self.layer_idx, h, "head", {"decay": decay, "half_life": half_life}))
-        return units
+        return decay_units(self.layer_idx, self.layer)

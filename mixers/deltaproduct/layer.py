@@ -31,17 +31,15 @@ intervention), each with its decay and half-life at zero input when the forget g
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from harness.errors import ConfigError
 from harness.mixer import FlopCount, Unit
 from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import FlaLayerMixer
+from mixers.deltanet.layer import decay_units, gated_head_dim
 from mixers.deltaproduct import fla_routing, product_rule
 
 
@@ -71,18 +69,7 @@ class GatedDeltaProductMixer(FlaLayerMixer):
     cuda_dtype = torch.bfloat16  # fla's chunk_gated_delta_product asserts non-fp32 inputs
 
     def __init__(self, cfg: GatedDeltaProductConfig, d_model: int, layer_idx: int, n_layers: int):
-        head_dim = cfg.head_dim
-        if not head_dim:
-            if (3 * d_model) % (4 * cfg.num_heads):
-                raise ConfigError(
-                    f"gated-deltaproduct: 0.75 * d_model ({0.75 * d_model:g}) is not a multiple of num_heads "
-                    f"({cfg.num_heads}); set head_dim explicitly."
-                )
-            head_dim = 3 * d_model // (4 * cfg.num_heads)
-        if head_dim * cfg.expand_v != int(head_dim * cfg.expand_v):
-            raise ConfigError(
-                f"gated-deltaproduct: head_dim * expand_v ({head_dim * cfg.expand_v:g}) must be an integer."
-            )
+        head_dim = gated_head_dim("gated-deltaproduct", d_model, cfg)
         super().__init__(cfg, d_model, layer_idx, n_layers)
         from fla.layers import GatedDeltaProduct
 
@@ -145,10 +132,4 @@ class GatedDeltaProductMixer(FlaLayerMixer):
     def units(self) -> list[Unit]:
         if not self.cfg.use_forget_gate:
             return super().units()
-        gate = -torch.exp(self.layer.A_log.detach().float()) * F.softplus(self.layer.dt_bias.detach().float())
-        units = []
-        for h, decay in enumerate(torch.exp(gate).tolist()):  # state decay per token at zero input
-            half_life = math.log(0.5) / math.log(decay) if 0.0 < decay < 1.0 else math.inf
-            units.append(Unit(self.layer_idx, h, "head", {"decay": decay, "half_life": half_life,
-                                                          "head_v_dim": float(self._unit_width())}))
-        return units
+        return decay_units(self.layer_idx, self.layer, head_v_dim=float(self._unit_width()))
