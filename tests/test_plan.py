@@ -233,6 +233,32 @@ def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_gri
     timed = [i for i, n in enumerate(names) if n.startswith("eval throughput")]
     assert len(timed) == 2 and min(timed) > last_perplexity, names
     assert sum("(already trained)" in n for n in names) == 2
+    assert "conformance gates of 2 mixer(s) side by side" in names  # in the pool's workers, kept for the jobs
+
+
+def test_gates_run_in_the_pools_workers_and_a_failing_mixer_is_still_refused():
+    """The distinct gates run side by side in the pool (the driver only reads the verdicts they cached), and a
+    mixer that fails there is refused as it is when the driver gates it."""
+    from harness.model.conformance import GateConfig
+    from harness.model.gate import _cache_file, gate_key
+    from harness.model.specs import make_run_spec
+    from harness.running.runner import GridReport, JobOptions, ModelJob, gate_jobs
+    import tests.adversaries  # noqa: F401  (registers the planted mixer here; the workers load it as a plugin)
+
+    options = JobOptions(device="cpu", progress=False, plugins=("tests.adversaries",))
+    jobs = [ModelJob(make_run_spec(m, "tiny"), m, (), options) for m in ("attention", "_adv_leak_past_40")]
+    keys = [gate_key(job.spec.model, "cpu", GateConfig()) for job in jobs]
+    for key in keys:
+        _cache_file(key).unlink(missing_ok=True)
+    report = GridReport()
+    with ProcessExecutor(workers=2) as pool:
+        passed = gate_jobs(jobs, report, keep_going=True, executor=pool)
+    assert [job.spec.model.mixer for job in passed] == ["attention"] and passed[0].gate.status == "passed"
+    (failure,) = report.failures
+    assert "_adv_leak_past_40" in failure.label and "fails the conformance gate (causality" in failure.error
+    assert all(_cache_file(key).is_file() for key in keys)  # written by the workers
+    names = [name for name, _ in report.phases]
+    assert names == ["conformance gates of 2 mixer(s) side by side"], names  # none run again in the driver
 
 
 def test_local_ray_cluster_runs_the_grid(local_grid, tmp_path):

@@ -68,7 +68,7 @@ def report_threads(job: Job) -> dict:
     """Runs in a worker: what its OpenMP runtime and torch were started with."""
     import torch
 
-    return {"threads": torch.get_num_threads(), **{k: os.environ.get(k) for k in _VARS}}
+    return {"threads": torch.get_num_threads(), "pid": os.getpid(), **{k: os.environ.get(k) for k in _VARS}}
 
 
 @pytest.fixture
@@ -84,7 +84,11 @@ def test_process_pool_workers_get_their_threads_and_passive_waiting(mixbench_pol
     jobs = [Job(f"j{i}", Resources(cpus=1)) for i in range(2)]
     with ProcessExecutor(workers=2) as pool:
         results = dict(pool.map(report_threads, jobs))
-    for seen in results.values():
+        started = set(pool._pool._processes)  # the pool outlives a map: the grid's jobs reuse the gates' workers
+        again = dict(pool.map(report_threads, jobs))
+        assert {seen["pid"] for seen in again.values()} <= started
+    assert pool._pool is None  # closed with the block
+    for seen in [*results.values(), *again.values()]:
         assert not isinstance(seen, BaseException), seen
         assert seen["threads"] == 1 and seen["OMP_NUM_THREADS"] == "1" and seen["MKL_NUM_THREADS"] == "1"
         assert seen["OMP_WAIT_POLICY"] == "PASSIVE" and seen["GOMP_SPINCOUNT"] == "0"

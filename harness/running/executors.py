@@ -213,6 +213,7 @@ class ProcessExecutor(Executor):
             raise ConfigError(f"--workers must be a positive integer, got {workers!r}.")
         self.workers = workers
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._shape: tuple[int, int] | None = None  # (workers, threads) of the live pool
 
     def pool_size(self, jobs: Sequence[Any]) -> int:
         """``workers`` if given, else as many jobs as fit on this machine's cores at their ``cpus`` each."""
@@ -234,21 +235,29 @@ class ProcessExecutor(Executor):
         return len(jobs) > 1 and self.pool_size(jobs) > 1
 
     def map(self, fn, jobs, *args):
+        """As :meth:`Executor.map`. The pool outlives the call: a second map of the same shape (the grid's jobs
+        after the gates') finds its workers started, torch and the mixers' packages imported. It is shut down by
+        :meth:`close`, and at once when a worker dies or the caller stops early."""
         if not jobs:
             return
         size = self.pool_size(jobs)
         threads = self.worker_threads(jobs, size)
+        if self._shape != (size, threads):
+            self.close()
         # workers are spawned while jobs are submitted: inside the block, so they inherit its environment
         with _environment(worker_environment(threads)):
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=size, mp_context=multiprocessing.get_context("spawn")
-            )
+            if self._pool is None:
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=size, mp_context=multiprocessing.get_context("spawn")
+                )
+                self._shape = (size, threads)
             pids = tempfile.mkdtemp(prefix="mixbench-pool-")  # job index -> pid of the worker that runs it
             futures = {
                 self._pool.submit(_pid_noting_call, pids, i, fn, job, *args, threads=threads): (i, job)
                 for i, job in enumerate(jobs)
             }
             workers = dict(getattr(self._pool, "_processes", None) or {})  # spawned by the submits: pid -> Process
+        finished = False
         try:
             for future in concurrent.futures.as_completed(futures):
                 index, job = futures[future]
@@ -256,17 +265,21 @@ class ProcessExecutor(Executor):
                     result = future.result()
                 except BrokenProcessPool as exc:  # a worker died: name the job and the signal that killed it
                     result = _worker_death(index, jobs, pids, workers, exc)
+                    finished = None  # the pool is broken: never reused
                 except Exception as exc:  # a job's error
                     result = exc
                 yield job, result
+            finished = finished is not None
         finally:
-            self.close()
+            if not finished:  # a dead worker, or the caller stopped (an error raised): no job left running
+                self.close()
             shutil.rmtree(pids, ignore_errors=True)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+            self._shape = None
 
 
 class RayExecutor(Executor):

@@ -305,17 +305,48 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     return jobs
 
 
-def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool) -> list[ModelJob]:
+def _gate_key(job: ModelJob) -> str:
+    """What :func:`require_gate` keys its verdict by, and whether the gate is skipped."""
+    return gate_key(job.spec.model, job.options.device, GateConfig()) + str(job.options.skip_gate)
+
+
+def gate_job(job: ModelJob) -> None:
+    """The gate of ``job``'s mixer and config, run in a worker: its verdict lands in the gate cache on disk, which
+    the driver then reads (:func:`gate_jobs`)."""
+    from harness.registry import load_plugins
+
+    load_plugins(job.options.plugins)
+    try:
+        require_gate(job.spec.model, job.spec.preset, job.options.device, progress=job.options.progress)
+    except GateFailed:
+        pass  # the verdict is cached; the driver raises it for every job of the mixer
+
+
+def gate_jobs(jobs: list[ModelJob], report: "GridReport", keep_going: bool,
+              executor: "Executor | None" = None) -> list[ModelJob]:
     """Run (or read from the cache) the conformance gate of every job's mixer and config before any training.
 
-    A failing mixer's jobs are failures (raised, or recorded with ``keep_going``): nothing of it is trained or
-    scored. Returns the jobs that may run, each carrying its verdict.
+    With an executor that runs jobs side by side on this machine (a local process pool), the distinct gates run
+    there first, one per worker, and the workers stay up for the grid's jobs; the driver then reads each verdict
+    from the cache they share (a gate a worker could not finish is run here). A failing mixer's jobs are failures
+    (raised, or recorded with ``keep_going``): nothing of it is trained or scored. Returns the jobs that may run,
+    each carrying its verdict.
     """
+    first_of: dict[str, ModelJob] = {}
+    for job in jobs:
+        if not job.options.skip_gate:
+            first_of.setdefault(_gate_key(job), job)
+    distinct = list(first_of.values())
+    if executor is not None and executor.side_by_side(distinct):
+        t0 = time.perf_counter()
+        for _ in executor.map(gate_job, distinct):  # an error in a worker: the driver runs that gate below
+            pass
+        report.add(f"conformance gates of {len(distinct)} mixer(s) side by side", time.perf_counter() - t0)
     verdicts: dict[str, GateRecord | BaseException] = {}
     passed = []
     for job in jobs:
         opts = job.options
-        key = gate_key(job.spec.model, opts.device, GateConfig()) + str(opts.skip_gate)  # what require_gate keys
+        key = _gate_key(job)
         if key not in verdicts:
             t0 = time.perf_counter()
             try:
@@ -444,10 +475,10 @@ def run_requests(
             report.add(f"{job.label}: every suite already in the store", 0.0)
         else:
             todo.append(job)
-    todo = gate_jobs(todo, report, keep_going)
+    executor = executor or LocalExecutor()
+    todo = gate_jobs(todo, report, keep_going, executor)
     if todo:
         _say_cost(todo, store)
-        executor = executor or LocalExecutor()
         if executor.needs_shared_store and store.root.startswith("memory://"):
             raise MixbenchError(
                 f"the results store {store.root} lives in this process's memory, so {executor.name} workers "
