@@ -78,12 +78,18 @@ def wordnet() -> WordNetCorpusReader:
     import nltk
     from nltk.corpus.reader import WordNetCorpusReader
 
+    class WordNet30(WordNetCorpusReader):
+        def map_wn(self, version: str = "wordnet") -> None:
+            """No mapping to WordNet 3.0: it is 3.0. NLTK builds one for the Open Multilingual Wordnet, which is
+            not used here, by reading both sense indexes again (a third of the reader's start-up)."""
+            return None
+
     root = str(wordnet_root())
     if root not in nltk.data.path:
         nltk.data.path.append(root)  # NLTK refuses to read outside its data paths
     with warnings.catch_warnings():  # "multilingual functions are not available": no Open Multilingual Wordnet
         warnings.simplefilter("ignore", UserWarning)
-        return WordNetCorpusReader(os.path.join(root, "corpora", "wordnet"), None)
+        return WordNet30(os.path.join(root, "corpora", "wordnet"), None)
 
 
 # ------------------------------------------------------------------------------------------------- word lists
