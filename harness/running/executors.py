@@ -257,7 +257,7 @@ class ProcessExecutor(Executor):
                 for i, job in enumerate(jobs)
             }
             workers = dict(getattr(self._pool, "_processes", None) or {})  # spawned by the submits: pid -> Process
-        finished = False
+        completed = broken = False
         try:
             for future in concurrent.futures.as_completed(futures):
                 index, job = futures[future]
@@ -265,13 +265,13 @@ class ProcessExecutor(Executor):
                     result = future.result()
                 except BrokenProcessPool as exc:  # a worker died: name the job and the signal that killed it
                     result = _worker_death(index, jobs, pids, workers, exc)
-                    finished = None  # the pool is broken: never reused
+                    broken = True
                 except Exception as exc:  # a job's error
                     result = exc
                 yield job, result
-            finished = finished is not None
+            completed = True
         finally:
-            if not finished:  # a dead worker, or the caller stopped (an error raised): no job left running
+            if broken or not completed:  # a dead worker, or the caller stopped early: no job is left running
                 self.close()
             shutil.rmtree(pids, ignore_errors=True)
 

@@ -476,14 +476,14 @@ def run_requests(
         else:
             todo.append(job)
     executor = executor or LocalExecutor()
+    if todo and executor.needs_shared_store and store.root.startswith("memory://"):
+        raise MixbenchError(
+            f"the results store {store.root} lives in this process's memory, so {executor.name} workers "
+            "cannot see it; use --executor local or a folder / shared URL for --results."
+        )
     todo = gate_jobs(todo, report, keep_going, executor)
     if todo:
         _say_cost(todo, store)
-        if executor.needs_shared_store and store.root.startswith("memory://"):
-            raise MixbenchError(
-                f"the results store {store.root} lives in this process's memory, so {executor.name} workers "
-                "cannot see it; use --executor local or a folder / shared URL for --results."
-            )
         timed = [job for job in todo if any(r.device_dependent for r in job.runs)]
         if executor.side_by_side(todo) and timed:  # timings are made alone, after the jobs that would slow them
             first = [dataclasses.replace(job, runs=tuple(r for r in job.runs if not r.device_dependent)) for job in todo]
