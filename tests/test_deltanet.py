@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_checks import rel
+from layer_checks import check_kernels_per_device, check_parity, rel
 
 from harness import Recorder
 from harness.errors import ConfigError
@@ -59,12 +59,7 @@ def test_step_does_not_modify_the_callers_state():
 
 def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     layer = make("deltanet")
-    assert DeltaNetMixer.kernels == ("recurrent", "naive-chunk", "chunk", "triton")
-    assert layer.kernels == ("recurrent", "naive-chunk", "chunk")
-    assert layer.default_kernel(torch.device("cpu")) == "chunk"
-    assert layer.default_kernel(torch.device("cuda")) == "triton"
-    with pytest.raises(ConfigError, match="needs CUDA"):
-        layer.set_kernel("triton")
+    check_kernels_per_device(layer, ("recurrent", "naive-chunk", "chunk"), "chunk", "triton")
 
     import fla.ops.delta_rule.naive as naive
 
@@ -127,14 +122,11 @@ def test_configs_validate_and_defaults_are_flas():
 
 
 def test_parity_machinery_on_cpu():
-    for mode in parity.MODES:
-        result = parity.compare("gated-deltanet", mode, device="cpu", seq_len=40)
-        assert result.passed and result.kernel == "chunk", result
+    check_parity("gated-deltanet", kernel="chunk", device="cpu", seq_len=40)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the Triton kernels cannot be compared here")
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("mode", parity.MODES)
 def test_cuda_matches_cpu_reference(name, mode):
-    result = parity.compare(name, mode)
-    assert result.passed, result
+    check_parity(name, [mode])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from layer_checks import rel
+from layer_checks import check_kernels_per_device, check_parity, rel
 
 from harness.errors import ConfigError
 from harness.registry import MIXERS
@@ -176,12 +176,7 @@ def test_step_does_not_modify_the_callers_state():
 
 def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     layer = make()
-    assert GatedDeltaProductMixer.kernels == ("recurrent", "chunk", "triton")
-    assert layer.kernels == ("recurrent", "chunk")
-    assert layer.default_kernel(torch.device("cpu")) == "chunk"
-    assert layer.default_kernel(torch.device("cuda")) == "triton"
-    with pytest.raises(ConfigError, match="needs CUDA"):
-        layer.set_kernel("triton")
+    check_kernels_per_device(layer, ("recurrent", "chunk"), "chunk", "triton")
     seen = []
     for fn in ("recurrent_gated_delta_product", "chunk_gated_delta_product"):
         original = getattr(product_rule, fn)
@@ -235,13 +230,10 @@ def test_configs_validate_and_defaults():
 
 
 def test_parity_machinery_on_cpu():
-    for mode in parity.MODES:
-        result = parity.compare(NAME, mode, device="cpu", seq_len=40)
-        assert result.passed and result.kernel == "chunk", result
+    check_parity(NAME, kernel="chunk", device="cpu", seq_len=40)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the Triton kernels cannot be compared here")
 @pytest.mark.parametrize("mode", parity.MODES)
 def test_cuda_matches_cpu_reference(mode):
-    result = parity.compare(NAME, mode)
-    assert result.passed, result
+    check_parity(NAME, [mode])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from layer_checks import rel
+from layer_checks import check_kernels_per_device, rel
 
 from harness.errors import ConfigError
 from harness.registry import MIXERS
@@ -95,10 +95,7 @@ def test_state_layout_size_and_positions():
 
 def test_kernels_routing_and_units():
     gla = make("gla")
-    assert gla.kernels == ("recurrent", "chunk") and type(gla).kernels == ("recurrent", "chunk", "triton")
-    assert gla.default_kernel(torch.device("cpu")) == "chunk"
-    with pytest.raises(ConfigError, match="needs CUDA"):
-        gla.set_kernel("triton")
+    check_kernels_per_device(gla, ("recurrent", "chunk"), "chunk", "triton")
     ret = make("retnet")
     decays = [u.attrs["decay"] for u in ret.units()]
     assert decays == pytest.approx([1 - 2.0 ** (-5 - h) for h in range(4)])

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from layer_checks import check_kernels_per_device
 
 from harness.errors import ConfigError
 from harness.model.conformance import run_checks
@@ -185,12 +186,7 @@ def test_bf16_inputs_compute_in_fp32():
 
 def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     layer = make()
-    assert RWKV7Mixer.kernels == ("recurrent", "chunk", "triton")
-    assert layer.kernels == ("recurrent", "chunk")
-    assert layer.default_kernel(torch.device("cpu")) == "chunk"
-    assert layer.default_kernel(torch.device("cuda")) == "triton"
-    with pytest.raises(ConfigError, match="needs CUDA"):
-        layer.set_kernel("triton")
+    check_kernels_per_device(layer, ("recurrent", "chunk"), "chunk", "triton")
 
     import fla.ops.generalized_delta_rule.dplr.naive as naive
 
