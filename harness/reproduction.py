@@ -387,8 +387,26 @@ def target_verdict(checks: Sequence[Check], negatives: Sequence[NegativeResult] 
     return final_verdict(overall(checks), [n.verdict for n in negatives or ()])
 
 
+class Verdicts:
+    """A target's two verdicts, from its ``checks`` and ``negatives``: the same for a result in hand
+    (:class:`harness.running.reproduce.TargetResult`) and a stored record."""
+
+    checks: Sequence[Check]
+    #: None: the negatives were not run (``reproduce`` without ``--negatives``); the verdict then stands unchecked
+    negatives: tuple[NegativeResult, ...] | None
+
+    @property
+    def own_verdict(self) -> str:
+        """The verdict of the target's own checks, before its negatives are counted."""
+        return overall(self.checks)
+
+    @property
+    def verdict(self) -> str:
+        return target_verdict(self.checks, self.negatives)
+
+
 @dataclass(frozen=True)
-class ReproductionRecord:
+class ReproductionRecord(Verdicts):
     """What one run of a target leaves in the results store: the claim, every check with its measured interval,
     the runs behind them, and where and when it ran. The verdict is recomputed from the checks, never read back."""
 
@@ -406,17 +424,7 @@ class ReproductionRecord:
     departures: str
     run_ids: tuple[str, ...] = ()
     kind: str = REPRODUCTION
-    #: None: the negatives were not run (``reproduce`` without ``--negatives``); the verdict then stands unchecked
     negatives: tuple[NegativeResult, ...] | None = None
-
-    @property
-    def own_verdict(self) -> str:
-        """The verdict of the target's own checks, before its negatives are counted."""
-        return overall(self.checks)
-
-    @property
-    def verdict(self) -> str:
-        return target_verdict(self.checks, self.negatives)
 
     def to_json(self) -> str:
         body = {"version": RECORD_VERSION, "target": self.target, "kind": self.kind, "scale": self.scale,

@@ -20,7 +20,7 @@ from typing import Any
 from harness.errors import MixbenchError
 from harness.reproduction import (
     CHECK, KINDS, REPRODUCED, SCALES, Check, NegativeResult, ReproductionRecord, RunIndex, Step, Subject, Target,
-    overall, record_path, target_verdict, verdict_note,
+    Verdicts, record_path, verdict_note,
 )
 
 __all__ = ["REPRODUCED", "ReproducePlan", "TargetResult", "load_reproduce_plan", "parse_subject_swaps",
@@ -81,7 +81,7 @@ def load_reproduce_plan(path: str) -> ReproducePlan:
 
 
 @dataclass
-class TargetResult:
+class TargetResult(Verdicts):
     name: str
     scale: str
     checks: list[Check]
@@ -89,14 +89,6 @@ class TargetResult:
     run_ids: tuple[str, ...] = ()
     device: str = "cpu"
     negatives: tuple[NegativeResult, ...] | None = None  # None: not run
-
-    @property
-    def own_verdict(self) -> str:
-        return overall(self.checks)
-
-    @property
-    def verdict(self) -> str:
-        return target_verdict(self.checks, self.negatives)
 
 
 def planned_steps(target: Target, scale: str, device: str = "cpu", negatives: bool = False) -> list[Step]:
