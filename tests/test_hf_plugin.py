@@ -5,6 +5,7 @@ mixbench's. An edited plugin copy is refused (harness/hf/modeling_mixbench.py, `
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -16,11 +17,13 @@ import numpy as np
 import pytest
 import torch
 
+from tests import adversaries
 from tests.conftest import train_tiny
 
 PLUGIN = "hf_plugin_decay"
 MIXER = "_hf_plugin_decay"
-SOURCE = textwrap.dedent(f'''
+#: the adversaries' honest recurrence, registered from a file of its own (the plugin's code is that class's)
+SOURCE = textwrap.dedent('''
     """A decayed linear recurrence with an exact O(1) step: a plugin that lives in one file."""
     from dataclasses import dataclass
 
@@ -30,37 +33,8 @@ SOURCE = textwrap.dedent(f'''
     from harness import Mixer, register_mixer
 
 
-    @dataclass(frozen=True)
-    class DecayConfig:
-        decay: float = 0.8
-
-
-    @register_mixer("{MIXER}", config=DecayConfig)
-    class PluginDecay(Mixer):
-        def __init__(self, cfg, d_model, layer_idx, n_layers):
-            super().__init__(cfg, d_model, layer_idx, n_layers)
-            self.value = nn.Linear(d_model, d_model, bias=False)
-            self.out = nn.Linear(d_model, d_model, bias=False)
-
-        def forward(self, x, state=None):
-            h = x.new_zeros(x.shape[0], self.d_model) if state is None else state
-            v, outs = self.value(x), []
-            for t in range(x.shape[1]):
-                h = self.cfg.decay * h + v[:, t]
-                outs.append(h)
-            y = torch.stack(outs, 1) if outs else v
-            return self.out(y), (None if state is None else h)
-
-        def init_state(self, batch_size, device, dtype):
-            return torch.zeros(batch_size, self.d_model, device=device, dtype=dtype)
-
-        def step(self, x_t, state):
-            h = self.cfg.decay * state + self.value(x_t)
-            return self.out(h), h
-
-        def state_size(self, seq_len):
-            return self.d_model
-''')
+''') + inspect.getsource(adversaries.DecayConfig) + "\n\n" + f'@register_mixer("{MIXER}", config=DecayConfig)\n' \
+    + inspect.getsource(adversaries.DecayedRecurrence)
 IDS = [[5, 17, 99, 3, 250, 41, 8, 77, 120, 6]]
 FRESH = textwrap.dedent('''
     import json, sys
@@ -168,7 +142,7 @@ def test_an_edited_plugin_copy_is_refused(exported, tmp_path):
     config = json.loads((edited / "config.json").read_text())
     plugin = dict(config["mixbench_plugin"], module="hf_plugin_edited", file="hf_plugin_edited.py")
     (edited / "hf_plugin_edited.py").write_text(SOURCE.replace(MIXER, "_hf_plugin_edited").replace("0.8", "0.9"))
-    cfg = MixbenchConfig(mixer="_hf_plugin_edited", mixer_source="hf_plugin_edited.PluginDecay",
+    cfg = MixbenchConfig(mixer="_hf_plugin_edited", mixer_source="hf_plugin_edited.DecayedRecurrence",
                          backbone=config["backbone"], mixbench_plugin=plugin)
     cfg._name_or_path = str(edited)
     with pytest.raises(RuntimeError, match="is not the plugin the model was exported with"):
