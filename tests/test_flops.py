@@ -260,20 +260,24 @@ def build_mixer(name: str, d_model: int, config: dict, layer_idx: int, n_layers:
     return mixer
 
 
+def over_positions(call, T: int, state) -> torch.Tensor:
+    """``call(positions, state) -> (y, state)`` over T positions: at once without a ``state``, else one position at a
+    time from it (the STEPWISE mixers), the outputs concatenated."""
+    if state is None:
+        return call(slice(0, T), None)[0]
+    outs = []
+    for t in range(T):
+        y, state = call(slice(t, t + 1), state)
+        outs.append(y)
+    return torch.cat(outs, dim=1)
+
+
 def measure_mixer(name: str, mixer: Mixer, T: int) -> FlopCount:
     x = torch.randn(BATCH, T, mixer.d_model, requires_grad=True)  # its gradient is wanted, as in a model
 
     def run() -> torch.Tensor:
-        if name in STEPWISE:
-            state = mixer.init_state(BATCH, x.device, x.dtype)
-            outs = []
-            for t in range(T):
-                y, state = mixer(x[:, t:t + 1], state)
-                outs.append(y)
-            y = torch.cat(outs, dim=1)
-        else:
-            y, _ = mixer(x)
-        return y.square().mean()
+        state = mixer.init_state(BATCH, x.device, x.dtype) if name in STEPWISE else None
+        return over_positions(lambda at, state: mixer(x[:, at], state), T, state).square().mean()
 
     return measure(name, run) * (1.0 / (BATCH * T))
 
@@ -311,15 +315,8 @@ def measure_model(name: str, model: MixerLM, T: int) -> FlopCount:
     ids = torch.randint(0, model.config.vocab_size, (BATCH, T + 1))
 
     def run() -> torch.Tensor:
-        if name in STEPWISE:
-            states = model.init_states(BATCH)
-            outs = []
-            for t in range(T):
-                logits, states = model(ids[:, t:t + 1], states)
-                outs.append(logits)
-            logits = torch.cat(outs, dim=1)
-        else:
-            logits, _ = model(ids[:, :-1])
+        states = model.init_states(BATCH) if name in STEPWISE else None
+        logits = over_positions(lambda at, states: model(ids[:, at], states), T, states)
         return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
 
     return measure(name, run) * (1.0 / (BATCH * T))

@@ -93,6 +93,18 @@ def inputs(seed: int) -> torch.Tensor:
     return torch.randn(B, T, D, generator=torch.Generator().manual_seed(seed))  # unit RMS, as after RMSNorm
 
 
+def check_against_released(layer: ProtoT, params: dict, layer_idx: int, kernel: str, seed: int) -> torch.Tensor:
+    """``layer``'s output with ``kernel`` on inputs drawn with ``seed`` equals the released equations' with
+    ``params`` (within TOL); returns it."""
+    layer.set_kernel(kernel)
+    x = inputs(seed=seed)
+    with torch.no_grad():
+        y, _ = layer(x)
+    ref = released_layer(params, layer_idx, x)
+    assert rel_err(y, ref) < TOL, rel_err(y, ref)
+    return y
+
+
 @pytest.mark.parametrize("kernel", ["recurrent", "chunked"])
 @pytest.mark.parametrize("layer_idx", [0, 1, 2])
 @pytest.mark.parametrize("tau", [1.0, 0.1, 0.05])
@@ -100,12 +112,7 @@ def test_explicit_weights_match_released_equations(tau, layer_idx, kernel):
     layer = ProtoT(ProtoTConfig(n_prototypes=R), D, layer_idx, N_LAYERS)
     weights = explicit_weights(layer_idx, tau, seed=10 * layer_idx + 1)
     layer.load_state_dict(weights, strict=True)  # fails on any parameter the released layer lacks
-    layer.set_kernel(kernel)
-    x = inputs(seed=7)
-    with torch.no_grad():
-        y, _ = layer(x)
-    ref = released_layer(weights, layer_idx, x)
-    assert rel_err(y, ref) < TOL, rel_err(y, ref)
+    y = check_against_released(layer, weights, layer_idx, kernel, seed=7)
     assert torch.equal(y[:, 0], torch.zeros_like(y[:, 0]))  # y_0 = 0 exactly
 
 
@@ -116,12 +123,7 @@ def test_default_init_matches_released_equations(layer_idx, kernel):
     layer = ProtoT(ProtoTConfig(n_prototypes=R), D, layer_idx, N_LAYERS)
     params = dict(layer.named_parameters())
     assert set(params) == released_names(layer_idx)
-    layer.set_kernel(kernel)
-    x = inputs(seed=8)
-    with torch.no_grad():
-        y, _ = layer(x)
-    ref = released_layer(params, layer_idx, x)
-    assert rel_err(y, ref) < TOL, rel_err(y, ref)
+    check_against_released(layer, params, layer_idx, kernel, seed=8)
 
 
 def test_tolerance_separates_the_temperature_epsilons():
