@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 from gpu_throughput import table as throughput_table  # sibling scripts (this folder is on sys.path)
@@ -52,11 +53,15 @@ def gpu_rows(log: Path) -> list[str]:
     return [seen, f"  NCCL torchrun, 2 processes: not run: {why}"]
 
 
-def parity_rows(log: Path) -> list[str]:
-    path = log / "parity.json"
+def part_results(log: Path, file: str, what: str, rows: Callable[[dict], list[str]]) -> list[str]:
+    """``rows`` of the JSON a part wrote to ``file``; a part that wrote none (it failed first) says so."""
+    path = log / file
     if not path.exists():
-        return ["  parity: no results (see the part's output above)"]
-    data = json.loads(path.read_text())
+        return [f"  {what}: no results (see the part's output above)"]
+    return rows(json.loads(path.read_text()))
+
+
+def parity_rows(data: dict) -> list[str]:
     rows = [f"  {'mixer':<16}{'kernel':<13}{'mode':<8}{'max rel':>10}{'tol':>8}  result   ({data.get('device')})"]
     for r in data["rows"]:
         if "error" in r:
@@ -85,21 +90,13 @@ def pytest_rows(log: Path) -> list[str]:
     return rows
 
 
-def throughput_rows(log: Path) -> list[str]:
-    path = log / "throughput.json"
-    if not path.exists():
-        return ["  throughput: no results (see the part's output above)"]
-    data = json.loads(path.read_text())
+def throughput_rows(data: dict) -> list[str]:
     head = (f"  {data['device']}; torch {data['torch']}; preset {data['preset']}, batch {data['batch']}, "
             f"autocast {data['dtype']}; kernels " + ", ".join(f"{m} {k}" for m, k in data["kernels"].items()))
     return [head] + ["  " + line for line in throughput_table(data).splitlines()]
 
 
-def train_rows(log: Path) -> list[str]:
-    path = log / "train.json"
-    if not path.exists():
-        return ["  training: no results (see the part's output above)"]
-    data = json.loads(path.read_text())
+def train_rows(data: dict) -> list[str]:
     first = next((r for r in data["rows"] if "batch" in r), {})
     shape = f"batch {first['batch']} x context {first['context']}, " if first else ""
     head = (f"  {data['device']}; torch {data['torch']}; preset {data['preset']}, {shape}{data['dtype']}; "
@@ -109,9 +106,11 @@ def train_rows(log: Path) -> list[str]:
 
 def summary(log: Path) -> str:
     sections = [("parts", part_rows(log)), ("GPUs", gpu_rows(log)),
-                ("parity (CUDA path vs CPU reference)", parity_rows(log)), ("CUDA-only tests", pytest_rows(log)),
-                ("training (optimizer steps at the preset, no checkpoints)", train_rows(log)),
-                ("throughput", throughput_rows(log))]
+                ("parity (CUDA path vs CPU reference)", part_results(log, "parity.json", "parity", parity_rows)),
+                ("CUDA-only tests", pytest_rows(log)),
+                ("training (optimizer steps at the preset, no checkpoints)",
+                 part_results(log, "train.json", "training", train_rows)),
+                ("throughput", part_results(log, "throughput.json", "throughput", throughput_rows))]
     out = ["=" * 100, "GPU CHECK SUMMARY"]
     for title, rows in sections:
         out += [f"-- {title}", *rows]

@@ -63,26 +63,26 @@ def main() -> None:
     print(f"throughput suite v{Throughput.version}, preset {args.preset} (d_model {backbone.d_model}, "
           f"{backbone.n_layers} layers, context {backbone.context}), batch 1, {args.repeats} rounds per point")
     print(f"at start: {start}\nat end:   load average {_common.load_average()}")
-    columns = [
-        ("train tok/s", lambda m: fmt(m.get("train_tok_s"))),
-        ("prefill tok/s", lambda m: fmt(m.get("prefill_tok_s"))),
-        ("decode ms/token", lambda m: fmt(m.get("decode_ms"), 2)),
-        ("train / attn", lambda m: fmt(m.get("train_time_ratio"), 2)),
-        ("prefill / attn", lambda m: fmt(m.get("prefill_time_ratio"), 2)),
-        ("decode / attn", lambda m: fmt(m.get("decode_time_ratio"), 2)),
-        ("crossover prefill", lambda m: fmt(m.get("crossover_prefill"))),
-        ("crossover train", lambda m: fmt(m.get("crossover_train"))),
-        ("crossover decode", lambda m: fmt(m.get("crossover_decode"))),
-        ("prefill exponent", lambda m: fmt(m.get("prefill_exponent"), 2)),
-        ("train exponent", lambda m: fmt(m.get("train_exponent"), 2)),
-        ("decode longest/shortest", lambda m: fmt(m.get("decode_ratio"), 2)),
-        ("kernel peak fraction", lambda m: fmt(m.get("kernel_peak_fraction"), 3)),
-        ("matmul GFLOP/s", lambda m: fmt(m.get("matmul_gflops"), 1)),
+    columns = [  # (row label, metric, digits)
+        ("train tok/s", "train_tok_s", 0),
+        ("prefill tok/s", "prefill_tok_s", 0),
+        ("decode ms/token", "decode_ms", 2),
+        ("train / attn", "train_time_ratio", 2),
+        ("prefill / attn", "prefill_time_ratio", 2),
+        ("decode / attn", "decode_time_ratio", 2),
+        ("crossover prefill", "crossover_prefill", 0),
+        ("crossover train", "crossover_train", 0),
+        ("crossover decode", "crossover_decode", 0),
+        ("prefill exponent", "prefill_exponent", 2),
+        ("train exponent", "train_exponent", 2),
+        ("decode longest/shortest", "decode_ratio", 2),
+        ("kernel peak fraction", "kernel_peak_fraction", 3),
+        ("matmul GFLOP/s", "matmul_gflops", 1),
     ]
     print("| metric | " + " | ".join(f"{mixer} ({kernel})" for mixer, kernel, _, _ in rows) + " |")
     print("|---" * (len(rows) + 1) + "|")
-    for name, get in columns:
-        print(f"| {name} | " + " | ".join(get(m) for _, _, m, _ in rows) + " |")
+    for name, key, digits in columns:
+        print(f"| {name} | " + " | ".join(fmt(m.get(key), digits) for _, _, m, _ in rows) + " |")
     print("| load average start / end | " + " | ".join(
         f"{'/'.join(map(str, info['load_average_start'] or []))} / {'/'.join(map(str, info['load_average_end'] or []))}"
         for *_, info in rows) + " |")
