@@ -210,9 +210,6 @@ def test_units_and_masking():
     with torch.no_grad():
         with layer.intervene(range(6), "mask"):  # every head masked before o_proj (no bias): zero output
             assert layer(x)[0].abs().max() == 0
-        with layer.intervene([1], "mask"):
-            y = layer(x)[0]
-        assert not torch.equal(y, layer(x)[0])
 
 
 def test_configs_validate_and_defaults():
