@@ -90,8 +90,7 @@ def chunk_dplr(
     relative (the conformance gate compares kernels at length 1)."""
     B, T, H, K = k.shape
     dtype = v.dtype
-    o0, S = dplr_step(*(x[:, :1] for x in (q, k, v, a, b, gk)), scale=scale, initial_state=initial_state,
-                      output_final_state=True)
+    o0, S = dplr_step(*(x[:, :1] for x in (q, k, v, a, b, gk)), scale=scale, initial_state=initial_state)
     if T > 1:
         o, S = _chunks(*(x[:, 1:] for x in (q, k, v, a, b, gk)), scale=scale, initial_state=S,
                        lower_bound=lower_bound, chunk_size=chunk_size)
@@ -155,20 +154,11 @@ def _chunks(q, k, v, a, b, gk, *, scale, initial_state, lower_bound, chunk_size)
     return o, S.reshape(B, H, K, V)
 
 
-def dplr_step(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    gk: torch.Tensor,
-    *,
-    scale: float,
-    initial_state: torch.Tensor | None = None,
-    output_final_state: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def dplr_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, gk: torch.Tensor,
+              *, scale: float, initial_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The recurrence itself, token by token, in the order of operations of fla's ``dplr_recurrence`` (decode
-    calls have one token; every call's first token). Shapes as :func:`chunk_dplr`."""
+    calls have one token; every call's first token). Shapes as :func:`chunk_dplr`; the final state (fp32) is always
+    returned: its one caller continues from it."""
     B, T, H, K = k.shape
     V, dtype = v.shape[-1], v.dtype
     S = initial_state.float() if initial_state is not None else k.new_zeros(B, H, K, V, dtype=torch.float32)
@@ -180,7 +170,7 @@ def dplr_step(
         S = S * g_t.exp().unsqueeze(-1) + write
         outs.append(((q_t * scale).unsqueeze(-2) @ S).squeeze(-2))
     o = torch.stack(outs, 1)
-    return o.to(dtype), (S if output_final_state else None)
+    return o.to(dtype), S
 
 
 def chunked_flops(batch: int, length: int, heads: int, k_dim: int, v_dim: int, chunk: int = CHUNK) -> float:
