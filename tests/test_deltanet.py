@@ -11,10 +11,9 @@ from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
 from mixers.deltanet import fla_routing
-from mixers.common import routing, parity
+from mixers.common import routing
 from mixers.deltanet.layer import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetConfig, GatedDeltaNetMixer
 
-NAMES = ["deltanet", "gated-deltanet"]
 # fla warns whenever use_short_conv=False, which some cases here ask for on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:ShortConvolution is crucial")
 
@@ -120,10 +119,3 @@ def test_configs_validate_and_defaults_are_flas():
 
 def test_parity_machinery_on_cpu():
     check_parity("gated-deltanet", kernel="chunk", device="cpu", seq_len=40)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the Triton kernels cannot be compared here")
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("mode", parity.MODES)
-def test_cuda_matches_cpu_reference(name, mode):
-    check_parity(name, [mode])

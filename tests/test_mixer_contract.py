@@ -11,16 +11,19 @@ only what is particular to them (kernels against their package's reference op, r
   equal one forward, in inference (no gradients: some layers take a fused recurrent op for short calls) and in
   training (gradients on: the chunked op with a state in and out), for each built-in's default config and the
   config variants that change which code runs (``VARIANTS``).
+* On a CUDA device: each package's CUDA kernels against the CPU reference (``mixers.common.parity``, what
+  benchmarks/gpu_parity.py reports), in every parity mode.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from layer_checks import rel
+from layer_checks import check_parity, rel
 
 from harness.model.conformance import run_checks
 from harness.registry import MIXERS
+from mixers.common import parity
 
 ALL_CHECKS = {
     "contract", "determinism", "causality", "decode", "prefill", "kernels", "batch_independence",
@@ -150,3 +153,14 @@ def test_the_continuation_check_catches_a_state_that_is_dropped():
     torch.manual_seed(0)
     errors = continuation_errors(Forgets(build("deltanet", {})), torch.randn(2, 45, 64), cuts=(11, 35))
     assert min(v for k, v in errors.items() if k.endswith("prefill")) > 1e-2
+
+
+#: the built-ins whose CUDA kernels (their package's Triton or CUDA code) benchmarks/gpu_parity.py compares
+CUDA_KERNELS = ["deltanet", "gated-deltanet", "gated-deltaproduct", "mamba", "mamba2"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA kernels cannot be compared here")
+@pytest.mark.parametrize("name", CUDA_KERNELS)
+@pytest.mark.parametrize("mode", parity.MODES)
+def test_cuda_matches_cpu_reference(name, mode):
+    check_parity(name, [mode])
