@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
+from harness import Recorder
 from harness.errors import ConfigError
 from mixers.common import parity
 
@@ -35,3 +36,18 @@ def check_parity(name: str, modes: Sequence[str] = parity.MODES, kernel: str | N
     for mode in modes:
         result = parity.compare(name, mode, **where)
         assert result.passed and (kernel is None or result.kernel == kernel), result
+
+
+def check_every_unit_masked_is_zero(layer: torch.nn.Module, x: torch.Tensor) -> None:
+    """Masking every unit of ``layer`` zeroes its output: its units sit right before an output projection without
+    bias (one masked unit changing the output is the conformance gate's interventions check)."""
+    with torch.no_grad(), layer.intervene(range(len(layer.units())), "mask"):
+        assert layer(x)[0].abs().max() == 0
+
+
+def recorded_by_a_step(layer: torch.nn.Module, x: torch.Tensor, name: str) -> torch.Tensor:
+    """What ``layer`` records as ``name`` in a decode step after a prefill of ``x`` (the Recorder's second call)."""
+    with torch.no_grad(), Recorder() as rec:
+        _, state = layer(x, layer.init_state(x.shape[0], x.device, x.dtype))
+        layer.step(x[:, 0], state)
+    return rec.get(1, name)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from layer_checks import check_kernels_per_device, check_parity, rel
+from layer_checks import (
+    check_every_unit_masked_is_zero, check_kernels_per_device, check_parity, recorded_by_a_step, rel,
+)
 
-from harness import Recorder
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
@@ -95,13 +96,8 @@ def test_units_masking_and_recording():
     gated = make("gated-deltanet", d_model=64).units()
     assert len(gated) == 6 and 0 < gated[0].attrs["decay"] < 1 and gated[0].attrs["half_life"] > 0
     x = torch.randn(2, 9, 32)
-    with torch.no_grad():
-        with layer.intervene(range(4), "mask"):  # every head masked before o_proj (no bias): zero output
-            assert layer(x)[0].abs().max() == 0
-        with Recorder() as rec:
-            _, state = layer(x, layer.init_state(2, x.device, x.dtype))
-            layer.step(x[:, 0], state)
-    assert rec.get(1, "delta_state_norm").shape == (2, 2, 4)
+    check_every_unit_masked_is_zero(layer, x)
+    assert recorded_by_a_step(layer, x, "delta_state_norm").shape == (2, 2, 4)
 
 
 def test_configs_validate_and_defaults_are_flas():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from layer_checks import check_kernels_per_device, check_parity, rel
+from layer_checks import check_every_unit_masked_is_zero, check_kernels_per_device, check_parity, rel
 
 from harness.errors import ConfigError
 from harness.registry import MIXERS
@@ -206,10 +206,7 @@ def test_units_and_masking():
     units = layer.units()
     assert len(units) == 6 and units[0].kind == "head" and 0 < units[0].attrs["decay"] < 1
     assert len(make(use_forget_gate=False).units()) == 6
-    x = torch.randn(2, 9, 64)
-    with torch.no_grad():
-        with layer.intervene(range(6), "mask"):  # every head masked before o_proj (no bias): zero output
-            assert layer(x)[0].abs().max() == 0
+    check_every_unit_masked_is_zero(layer, torch.randn(2, 9, 64))
 
 
 def test_configs_validate_and_defaults():

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from layer_checks import check_kernels_per_device, check_parity, rel
+from layer_checks import (
+    check_every_unit_masked_is_zero, check_kernels_per_device, check_parity, recorded_by_a_step, rel,
+)
 
-from harness import Recorder
 from harness.model.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
@@ -188,13 +189,8 @@ def test_units_masking_and_recording():
     heads = make("mamba2").units()
     assert len(heads) == 4 and heads[0].kind == "head"  # 64 channels / headdim 16
     x = torch.randn(2, 9, 32)
-    with torch.no_grad():
-        with layer.intervene(range(64), "mask"):  # every channel masked before out_proj (no bias): zero output
-            assert layer(x)[0].abs().max() == 0
-        with Recorder() as rec:
-            _, state = layer(x, layer.init_state(2, x.device, x.dtype))
-            layer.step(x[:, 0], state)
-    assert rec.get(1, "ssm_state_norm").shape == (2, 2, 64)
+    check_every_unit_masked_is_zero(layer, x)
+    assert recorded_by_a_step(layer, x, "ssm_state_norm").shape == (2, 2, 64)
 
 
 def test_configs_validate_and_defaults_are_the_packages():
