@@ -109,6 +109,9 @@ class Mixer(nn.Module):
     #: no output depends on another position (the gate verifies it): the model is context-free, and the board
     #: marks every mixer cell that is not better than such a control
     context_free: ClassVar[bool] = False
+    #: a model of this mixer has a depth that is a multiple of it (a hybrid's period, docs/hybrids.md); a suite
+    #: that builds its own models rounds its depth up to it
+    depth_multiple: ClassVar[int] = 1
 
     def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
         super().__init__()

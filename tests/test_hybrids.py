@@ -233,3 +233,32 @@ def test_an_exported_hybrid_with_a_plugin_part_loads_in_transformers_with_equal_
     prompt = ids[:1, :9]
     out = hf.generate(prompt, max_new_tokens=6, do_sample=False, eos_token_id=None)
     assert torch.equal(out, ours.generate(prompt, 6, temperature=0))
+
+
+def test_suites_that_build_their_own_models_give_a_hybrid_whole_periods(tmp_path):
+    """The reference board's hybrid failed two suites: the synthetic suite trains 2-layer models (a period of 4
+    does not fit; it now trains 4) and interpretability gave the untrained twin of a hybrid the first layer's kernel
+    in every layer (attention has no 'chunk'; each layer now keeps its own)."""
+    from types import SimpleNamespace
+
+    from harness.suite import SuiteContext
+    from harness.registry import SUITES
+
+    name = "hybrid:deltanet*3+attention"
+    entry = SUITES.get("synthetic")
+    suite = entry.cls(entry.make_config({
+        "tasks": ("mqar",), "settings": "mqar:seq_len=16,num_kv_pairs=2,vocab_size=64,num_train_examples=64",
+        "d_model": 16, "max_steps": 2, "eval_every": 2, "lrs": (3e-3,), "valid_examples": 8, "test_examples": 8,
+        "extrapolation": ()}))
+    result = suite.run_mixer(name, {}, SuiteContext(None, tmp_path, seed=0, progress=False))
+    (state,) = [m for m in result.metrics if m.name.endswith("/state_floats")]
+    four = build_model(ModelSpec(name, {}, BackboneConfig(16, 4, 16, 64)))
+    assert state.value == four.state_size(16)  # four layers: three DeltaNet states and one KV cache
+
+    from suites.interpretability.suite import _Run
+
+    four.set_kernel(None, torch.device("cpu"))
+    kernels = [m.kernel for m in four.mixers]
+    assert len(set(kernels)) == 2  # DeltaNet's and attention's own defaults
+    twin = _Run._init_model(SimpleNamespace(model=four, ctx=SimpleNamespace(seed=0), device="cpu"))
+    assert [m.kernel for m in twin.mixers] == kernels

@@ -134,6 +134,7 @@ def resolve(rest: str) -> tuple[type[HybridMixer], type]:
     kernels = set.intersection(*(set(c.kernels[1:]) for c in classes))
     attrs: dict[str, Any] = {
         "period": period,
+        "depth_multiple": len(period),
         "kernels": ("reference", *sorted(kernels)),  # a kernel named for the whole model must exist in every part
         "length_extrapolation": all(c.length_extrapolation for c in classes),
         "context_free": all(c.context_free for c in classes),

@@ -230,7 +230,8 @@ class _Run:
     def _init_model(self):
         """The untrained model this checkpoint started from: the training seed builds the same initial weights."""
         init = build_model(self.model.spec, seed=self.ctx.seed).to(self.device).eval()
-        init.set_kernel(self.model.kernel if self.model.kernel in init.mixers[0].kernels else None, self.device)
+        for untrained, trained in zip(init.mixers, self.model.mixers):  # a hybrid's layers run different kernels
+            untrained.set_kernel(trained.kernel)
         return init
 
     def _sae_units(self) -> None:

@@ -271,9 +271,15 @@ class Synthetic(Suite):
             data = 16 * (examples * setting.seq_len + len(cfg.extrapolation) * cfg.test_examples * longest)
             check_fits(Estimate(data, f"{examples:,} examples of {setting.seq_len} tokens, inputs and targets"),
                        "cpu", f"{what}'s data", "lower num_train_examples, valid_examples or test_examples")
-            backbone = BackboneConfig(cfg.d_model, cfg.n_layers, setting.seq_len, setting.vocab_size)
+            backbone = BackboneConfig(cfg.d_model, self._depth(mixer), setting.seq_len, setting.vocab_size)
             validate_model(ModelSpec(mixer, dict(mixer_config), backbone))
             check_training(backbone, cfg.batch_size, device, f"{what}'s training")
+
+    def _depth(self, mixer: str) -> int:
+        """``n_layers`` rounded up to the mixer's depth multiple: a hybrid of period 4 trains 4 layers where the
+        others train 2 (docs/hybrids.md)."""
+        multiple = MIXERS.get(mixer).cls.depth_multiple
+        return -(-self.cfg.n_layers // multiple) * multiple
 
     # ------------------------------------------------------------------------------------------- one setting
     def _run_setting(self, mixer: str, mixer_config: dict[str, Any], task: TaskSpec, setting: Any,
@@ -327,7 +333,7 @@ class Synthetic(Suite):
         if prepare is not None:
             splits = {name: prepare(data, name) for name, data in splits.items()}
         train, valid, test = splits["train"], splits["valid"], splits["test"]
-        backbone = BackboneConfig(cfg.d_model, cfg.n_layers, context or test.seq_len, setting.vocab_size)
+        backbone = BackboneConfig(cfg.d_model, self._depth(mixer), context or test.seq_len, setting.vocab_size)
         spec = ModelSpec(mixer, dict(mixer_config), backbone)
         best, tries, per_seed = None, [], []
         for index in range(cfg.seeds):
