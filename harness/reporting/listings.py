@@ -128,3 +128,65 @@ def printed(fn: Callable[[], Any]) -> Callable[[], str]:
         return buffer.getvalue()
 
     return compute
+
+
+# ---------------------------------------------------------------------------------------------- the listings
+
+
+def list_mixers(config: str | None) -> None:
+    """``mixbench mixers``: every mixer, its kernels, capabilities and config; with ``config``, that mixer's
+    config fields."""
+    from harness.registry import MIXERS
+    from harness.values import describe_fields
+
+    if config is not None:
+        entry = MIXERS.get(config)
+        print(f"{entry.name} config (--mixer-config KEY=VALUE, or mixers: {{{entry.name}: {{...}}}} in a plan):")
+        print("\n".join(describe_fields(entry.config_cls)))
+        return
+    entries = MIXERS.entries()
+    for entry in [e for e in entries if not e.cls.control]:
+        describe_mixer(entry)
+    for pattern, description in MIXERS.patterns.items():
+        print(f"{pattern}\n  {description}")
+    controls = [e for e in entries if e.cls.control]
+    if controls:
+        print("\ncontrols (trained and scored beside the mixers of every grid, never ranked; docs/controls.md):")
+    for entry in controls:
+        describe_mixer(entry)
+
+
+def describe_mixer(entry) -> None:
+    import dataclasses
+
+    from harness.store.provenance import package_versions
+
+    fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(entry.config_cls))
+    kind = " (control: context-free)" if entry.cls.context_free else (" (control)" if entry.cls.control else "")
+    print(f"{entry.name}{kind}")
+    if entry.cls.control and entry.cls.__doc__:
+        print(f"  what it is:   {' '.join(entry.cls.__doc__.split())}")
+    print(f"  kernels:      {', '.join(entry.cls.kernels)} (reference: {entry.cls.kernels[0]})")
+    print(f"  capabilities: {', '.join(entry.cls.capabilities())}")
+    print(f"  config:       {fields or '(none)'}")
+    if getattr(entry.cls, "paper", ""):
+        print(f"  paper:        {entry.cls.paper}")
+    versions = package_versions(tuple(getattr(entry.cls, "packages", ())))
+    if versions:
+        print(f"  packages:     {', '.join(f'{name} {version}' for name, version in versions.items())}")
+    print(f"  source:       {entry.source}")
+
+
+def list_suites(names: list[str]) -> None:
+    """``mixbench suites``: each suite (all, or ``names``), its scope and its config fields."""
+    from harness.registry import SUITES
+    from harness.values import describe_fields
+
+    for i, name in enumerate(names or SUITES.names()):
+        entry = SUITES.get(name)
+        doc = (entry.cls.__doc__ or sys.modules[entry.cls.__module__].__doc__ or "").strip().split("\n\n")[0]
+        print(("\n" if i else "") + f"{entry.name}  ({entry.source}; scope {entry.cls.scope})")
+        if doc:
+            print(f"  {' '.join(doc.split())}")
+        print("\n".join(describe_fields(entry.config_cls)))
+    print("\nset fields with --suite-config KEY=VALUE (lists: a,b,c) or suites: {NAME: {KEY: VALUE}} in a plan.")
