@@ -129,9 +129,10 @@ def _evaluate(checkpoint: Path | str | None, run: PlannedRun, store: ResultsStor
     model.eval().zero_grad(set_to_none=True)  # a suite before this one may have trained or back-propagated
     if options.kernel is not None:
         model.set_kernel(options.kernel)
-    if gate is None:
-        gate = require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, options.skip_gate,
-                            progress=progress)
+    if gate is None:  # taken in score_run once the suite has checked its inputs: a bad config fails before it
+        def gate() -> GateRecord:
+            return require_gate(ckpt.spec.model, ckpt.spec.preset or "custom", device, options.skip_gate,
+                                progress=progress)
     if entry.cls.scope == "mixer":  # a checkpoint names the mixer; the suite trains its own models of it
         return _evaluate_mixer(run, suite_obj, ckpt.spec.model.mixer, ckpt.spec.model.mixer_config, ckpt.spec.preset,
                                store, options, gate)
@@ -151,14 +152,16 @@ def _evaluate(checkpoint: Path | str | None, run: PlannedRun, store: ResultsStor
                      seed=ckpt.spec.train.seed, timings={"train_s": ckpt.meta.get("train_seconds")})
 
 
-def score_run(run: PlannedRun, suite_obj, store: ResultsStore, options: EvalOptions, gate: GateRecord,
-              subject: Callable[[], Subject], *, model=None, mixer: tuple[str, dict[str, Any]] | None = None,
+def score_run(run: PlannedRun, suite_obj, store: ResultsStore, options: EvalOptions,
+              gate: GateRecord | Callable[[], GateRecord], subject: Callable[[], Subject], *, model=None, mixer: tuple[str, dict[str, Any]] | None = None,
               corpus=None, seed: int = 0, timings: dict[str, Any] | None = None) -> EvalOutcome:
     """The one place a run is made, whatever route it came by (a checkpoint, a mixer definition, an external
     model, a grid, ``reproduce``): a run already in the store is not made again (unless forced); otherwise the
-    suite validates the ``model`` once, scores it (or, mixer-scoped, trains and scores its own models of ``mixer``)
-    in a work folder, and the manifest is built and written here; the suite's cross-run step follows with
-    ``options.aggregate``. ``run`` is bound to its subject; ``subject`` describes it, built only when needed."""
+    suite validates the ``model`` once, the gate's verdict is taken (``gate`` may be a function: run only now, so a
+    bad input is refused before the gate's work), the suite scores the model (or, mixer-scoped, trains and scores
+    its own models of ``mixer``) in a work folder, and the manifest is built and written here; the suite's
+    cross-run step follows with ``options.aggregate``. ``run`` is bound to its subject; ``subject`` describes it,
+    built only when needed."""
     assert run.identity is not None and (model is None) != (mixer is None)
     if store.has_run(run.identity.id) and not options.force:
         if options.aggregate:
@@ -168,6 +171,8 @@ def score_run(run: PlannedRun, suite_obj, store: ResultsStore, options: EvalOpti
     if model is not None:
         suite_obj.validate(model)
     store.ensure_writable()
+    if callable(gate):
+        gate = gate()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
         ctx = SuiteContext(corpus, Path(options.work_dir or scratch), seed, run.device, options.progress)
         t0 = time.perf_counter()
@@ -185,12 +190,15 @@ def score_run(run: PlannedRun, suite_obj, store: ResultsStore, options: EvalOpti
 
 
 def _evaluate_mixer(run: PlannedRun, suite_obj, mixer: str, mixer_config: dict[str, Any], preset: str,
-                    store: ResultsStore, options: EvalOptions, gate: GateRecord | None) -> EvalOutcome:
-    """A mixer-scoped run: the gate at ``preset``'s backbone unless the caller holds a verdict."""
+                    store: ResultsStore, options: EvalOptions,
+                    gate: GateRecord | Callable[[], GateRecord] | None) -> EvalOutcome:
+    """A mixer-scoped run: the gate at ``preset``'s backbone unless the caller holds a verdict (or its function)."""
     if gate is None:
         p = get_preset(preset)
         spec = ModelSpec(mixer, dict(mixer_config), BackboneConfig(vocab_size=p.vocab_size, **p.backbone))
-        gate = require_gate(spec, preset, run.device, options.skip_gate, progress=options.progress)
+
+        def gate() -> GateRecord:
+            return require_gate(spec, preset, run.device, options.skip_gate, progress=options.progress)
     subject_id = mixer_identity(mixer, mixer_config)
     return score_run(run.bind(subject_id), suite_obj, store, options, gate,
                      lambda: mixer_subject(mixer, mixer_config, subject_id), mixer=(mixer, dict(mixer_config)))
