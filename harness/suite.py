@@ -273,6 +273,9 @@ class SiteKit(Protocol):
     def run_link(self, run: "RunRecord", text: str) -> str:
         """A link to the run's own page; ``text`` is escaped."""
 
+    def suite_link(self, suite: str, text: str) -> str:
+        """A link to another suite's page of the site (``text`` alone, escaped, when that suite has no page)."""
+
     def newest_per_model(self, runs: "Sequence[RunRecord]") -> "list[RunRecord]":
         """The newest run of each board row among ``runs``, ordered by the rows' labels."""
 

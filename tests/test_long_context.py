@@ -315,6 +315,9 @@ class Kit:
     def newest_per_model(self, runs):
         return list(runs)
 
+    def suite_link(self, suite, text):
+        return f'<a href="{suite}.html">{html.escape(text)}</a>'
+
 
 def test_the_site_section_shows_the_buckets_the_difference_from_none_and_the_grid(tiny_attention):
     from harness.store.results import RunRecord
@@ -330,3 +333,18 @@ def test_the_site_section_shows_the_buckets_the_difference_from_none_and_the_gri
     assert "attention&lt;b&gt;" in page and "attention<b>" not in page
     assert "difference from the context-free control" in page and "not measured" in page
     assert page.count("depth 0</th>") == 2 and "passkey" in page and "frequent_words" in page  # zs and ft grids
+    # the cost side is linked, not remeasured: each length's decode state (attention's KV cache grows with it)
+    state = tiny_attention.info["decode_state"]
+    assert {"128", "256"} <= set(state) and state["256"] == 2 * state["128"] > 0
+    assert "Decode cost at these lengths" in page and f"{state['256']:,}" in page
+    assert '<a href="throughput.html">throughput suite</a>' in page
+
+
+def test_the_published_site_links_another_suites_page_and_escapes_the_text():
+    from types import SimpleNamespace
+
+    from harness.reporting.publish import Kit as SiteKit
+
+    kit = SiteKit(SimpleNamespace(suite_files={"throughput": "throughput.html"}), depth=1)
+    assert kit.suite_link("throughput", "speed <b>") == '<a href="../suites/throughput.html">speed &lt;b&gt;</a>'
+    assert kit.suite_link("not-run", "speed <b>") == "speed &lt;b&gt;"

@@ -128,6 +128,12 @@ class Kit:
     def run_link(self, run: RunRecord, text: str) -> str:
         return f'<a href="{href(*[".."] * self.depth, "runs", f"{run.run_id}.html")}">{esc(text)}</a>'
 
+    def suite_link(self, suite: str, text: str) -> str:
+        page = self.site.suite_files.get(suite)
+        if page is None:
+            return esc(text)
+        return f'<a href="{href(*[".."] * self.depth, "suites", page)}">{esc(text)}</a>'
+
     def newest_per_model(self, runs) -> list[RunRecord]:
         newest: dict[str, RunRecord] = {}
         for run in _newest_first(list(runs)):

@@ -86,7 +86,23 @@ def site_section(runs: "list[RunRecord]", kit: "SiteKit") -> str:
     if grids:
         parts.append("<h2>Retrieval</h2>")
         parts += grids
+    parts += _decode_cost(newest, kit)
     return "\n".join(parts)
+
+
+def _decode_cost(newest: "list[RunRecord]", kit: "SiteKit") -> list[str]:
+    """What reading that far costs: each model's decode state after each length the runs read (the mixer's own
+    count), and a link to the throughput suite's page for the time per token, which is measured there, not here."""
+    states = [(run, (run.manifest.suite_info or {}).get("decode_state") or {}) for run in newest]
+    lengths = sorted({int(n) for _, s in states for n in s})
+    if not lengths:
+        return []
+    rows = [(_plain_label(run), *(f"{s[str(n)]:,}" if str(n) in s else "" for n in lengths)) for run, s in states]
+    return ["<h2>Decode cost at these lengths</h2>",
+            kit.table(("model", *(f"after {n:,}" for n in lengths)), rows,
+                      "floats of decode state per sequence after this many tokens, as each mixer counts it"),
+            f"<p>Decode time per token at these lengths is measured by the "
+            f"{kit.suite_link('throughput', 'throughput suite')}, beside attention and the context-free control.</p>"]
 
 
 def _plain_label(run: "RunRecord") -> str:

@@ -143,7 +143,21 @@ class LongContext(Suite):
             more, grid = self._retrieval(model, ctx)
             metrics += more
             info["retrieval"] = grid
+        info["decode_state"] = self._decode_state(model, info)
         return SuiteResult(metrics=metrics, info=info)
+
+    @staticmethod
+    def _decode_state(model, info: dict[str, Any]) -> dict[str, int]:
+        """Floats of decode state per sequence after each length this run read (the buckets' ends, the retrieval
+        lengths), as the mixer counts them (``state_size``): the cost side of reading that far. The time per token
+        is the throughput suite's to measure; the site links its page (docs/long_context.md)."""
+        state_size = getattr(model, "state_size", None)  # a model without one (an external model) says nothing
+        if state_size is None:
+            return {}
+        lengths = {int(b) for _, b in info.get("buckets") or []}
+        lengths |= {int(c["length"]) for cells in ((info.get("retrieval") or {}).get("cells") or {}).values()
+                    for c in cells if c.get("length")}
+        return {str(n): int(state_size(n)) for n in sorted(lengths)}
 
     # ------------------------------------------------------------------ loss by position
     def _past(self, model, length: int) -> tuple[bool, str | None]:
