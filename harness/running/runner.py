@@ -492,6 +492,7 @@ def run_requests(
                   f"device-dependent runs of {len(later)} after them, one at a time in this process",
                   file=sys.stderr, flush=True)
             failed = _run_jobs(executor, first, store, report, reqs, keep_going, trained=True)
+            executor.close()  # no worker process is left beside the timings
             _run_jobs(LocalExecutor(), [job for job in later if job.label not in failed], store, report, reqs,
                       keep_going, trained=False)
         else:

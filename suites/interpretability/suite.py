@@ -69,8 +69,8 @@ class Interpretability(Suite):
     quickstart: ClassVar[dict[str, Any] | None] = {
         "parts": "units,null,coverage,interventions",
         "intervene_modes": "write-mask,mask",
-        "profile_tokens": 4096,
-        "intervene_tokens": 4096,
+        "profile_tokens": 2048,
+        "intervene_tokens": 2048,
         "concept_windows": 8,
         "max_units_per_layer": 16,
     }
