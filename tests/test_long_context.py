@@ -338,6 +338,11 @@ def test_the_site_section_shows_the_buckets_the_difference_from_none_and_the_gri
     assert {"128", "256"} <= set(state) and state["256"] == 2 * state["128"] > 0
     assert "Decode cost at these lengths" in page and f"{state['256']:,}" in page
     assert '<a href="throughput.html">throughput suite</a>' in page
+    hostile = dict(tiny_attention.info, decode_state={"<b>": 1, "64": "x", "32": True, "16": 7})
+    runs[0] = RunRecord("a", manifest("long-context", subject("attention<b>"), suite_info=hostile),
+                        tiny_attention.metrics)
+    page = LongContext.site_section(runs, Kit())
+    assert "after 16</th>" in page and "after 64" not in page and "after 32" not in page  # malformed entries left out
 
 
 def test_the_published_site_links_another_suites_page_and_escapes_the_text():

@@ -4,6 +4,7 @@ quickstart's mixers and suites: a format change cannot leave it stale unnoticed.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from harness.running.quickstart import quickstart_mixers, quickstart_suites
@@ -16,7 +17,9 @@ REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 def test_reference_board_parses_and_covers_the_quickstart():
     doc = json.loads((REFERENCE / "board.json").read_text(encoding="utf-8"))
     validate_board_document(doc)
-    assert {r["mixer"] for r in doc["rows"] if not r["control"]} == set(quickstart_mixers())
+    # the quickstart's mixers and what `make reference-board` adds (REF_ADD: a hybrid beside its parts)
+    added = re.search(r"^REF_ADD := (.*)$", (REFERENCE.parents[1] / "Makefile").read_text(), re.M).group(1).split(",")
+    assert {r["mixer"] for r in doc["rows"] if not r["control"]} == {*quickstart_mixers(), *added}
     assert {r["mixer"] for r in doc["rows"] if r["control"]} == set(control_mixers())  # trained beside them
     assert {c["suite"] for c in doc["columns"]} == set(quickstart_suites())
     for row in doc["rows"]:

@@ -170,9 +170,10 @@ def score_run(run: PlannedRun, suite_obj, store: ResultsStore, options: EvalOpti
     entry = SUITES.get(run.suite)
     if model is not None:
         suite_obj.validate(model)
-    store.ensure_writable()
+    store.check_writable()  # creates nothing: a mixer the gate refuses leaves the store untouched
     if callable(gate):
         gate = gate()
+    store.ensure_writable()
     with tempfile.TemporaryDirectory(prefix=f"mixbench-{run.suite}-") as scratch:
         ctx = SuiteContext(corpus, Path(options.work_dir or scratch), seed, run.device, options.progress)
         t0 = time.perf_counter()

@@ -329,6 +329,22 @@ class ResultsStore:
         """The store's folder when it is on this machine's filesystem, else None (checkpoints go elsewhere)."""
         return self._runs.runs.parent if isinstance(self._runs, _LocalRuns) else None
 
+    def check_writable(self) -> None:
+        """Refuse a local store that cannot be written, creating nothing: a bad ``--results`` fails before the
+        gate's work, and a mixer the gate then refuses leaves the store as it was (:meth:`ensure_writable` creates
+        ``runs/`` once there is something to write). A remote store is proven by :meth:`ensure_writable` alone."""
+        if not isinstance(self._runs, _LocalRuns):
+            return
+        existing = self._runs.runs
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        reason = ("Not a directory" if not existing.is_dir() else
+                  "Permission denied" if not os.access(existing, os.W_OK | os.X_OK) else None)
+        if reason is not None:
+            raise MixbenchError(
+                f"results directory {self.root} is not writable ({reason}); pass --results to a writable folder."
+            )
+
     def ensure_writable(self) -> None:
         """Create ``runs/`` and prove a file can be written there, before any expensive work starts."""
         try:

@@ -93,7 +93,7 @@ def site_section(runs: "list[RunRecord]", kit: "SiteKit") -> str:
 def _decode_cost(newest: "list[RunRecord]", kit: "SiteKit") -> list[str]:
     """What reading that far costs: each model's decode state after each length the runs read (the mixer's own
     count), and a link to the throughput suite's page for the time per token, which is measured there, not here."""
-    states = [(run, (run.manifest.suite_info or {}).get("decode_state") or {}) for run in newest]
+    states = [(run, _decode_state(run)) for run in newest]
     lengths = sorted({int(n) for _, s in states for n in s})
     if not lengths:
         return []
@@ -103,6 +103,16 @@ def _decode_cost(newest: "list[RunRecord]", kit: "SiteKit") -> list[str]:
                       "floats of decode state per sequence after this many tokens, as each mixer counts it"),
             f"<p>Decode time per token at these lengths is measured by the "
             f"{kit.suite_link('throughput', 'throughput suite')}, beside attention and the context-free control.</p>"]
+
+
+def _decode_state(run: "RunRecord") -> dict[str, int]:
+    """The run's recorded decode states, length -> floats; entries a hand-edited store holds in another form are
+    left out (a store is untrusted input: the page must not break on it)."""
+    found = (run.manifest.suite_info or {}).get("decode_state")
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items()
+            if str(k).isdigit() and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _plain_label(run: "RunRecord") -> str:
