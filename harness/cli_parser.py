@@ -356,27 +356,20 @@ def csv_items(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _given(args: argparse.Namespace, fields: dict[str, str]) -> dict:
+    """Config field -> the value of its option, for the options the user gave (not None)."""
+    return {field: getattr(args, option) for field, option in fields.items() if getattr(args, option) is not None}
+
+
 def data_overrides(args: argparse.Namespace) -> dict:
-    pairs = {
-        "source": args.data,
-        "text_field": args.text_field,
-        "vocab_size": args.vocab_size,
-        "tokenizer_file": args.tokenizer_file,
-        "max_train_docs": args.max_train_docs,
-        "skip_bad_rows": args.skip_bad_rows,
-    }
-    return {k: v for k, v in pairs.items() if v is not None}
+    return _given(args, {"source": "data", "text_field": "text_field", "vocab_size": "vocab_size",
+                         "tokenizer_file": "tokenizer_file", "max_train_docs": "max_train_docs",
+                         "skip_bad_rows": "skip_bad_rows"})
 
 
 def train_overrides(args: argparse.Namespace) -> dict:
-    pairs = {
-        "token_budget": args.tokens,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "eval_every": args.eval_every,
-        "checkpoint_every": args.checkpoint_every,
-    }
-    return {k: v for k, v in pairs.items() if v is not None}
+    return _given(args, {"token_budget": "tokens", "batch_size": "batch_size", "lr": "lr",
+                         "eval_every": "eval_every", "checkpoint_every": "checkpoint_every"})
 
 
 def backbone_overrides(args: argparse.Namespace) -> dict:
