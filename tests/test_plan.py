@@ -214,15 +214,29 @@ def _same_scores(store: ResultsStore, reference: ResultsStore) -> None:
     assert models(store) == models(reference)
 
 
-def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_grid, tmp_path):
+def _forget_gates_and_corpora(monkeypatch, mixers: tuple[str, ...]) -> None:
+    """No gate verdict of ``mixers`` at preset tiny cached, and no corpus loaded in this process: a pool then
+    prefetches both while the grid is planned."""
+    from harness.model.conformance import GateConfig
+    from harness.model.gate import _cache_file, gate_key
+    from harness.model.specs import make_run_spec
+    from harness.running import runner
+
+    for mixer in mixers:
+        _cache_file(gate_key(make_run_spec(mixer, "tiny").model, "cpu", GateConfig())).unlink(missing_ok=True)
+    monkeypatch.setattr(runner, "_CORPORA", {})
+
+
+def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_grid, tmp_path, monkeypatch):
     """The same scores as in process; and since two jobs side by side would slow each other's timings, the
     device-dependent suite (throughput, added to the plan here) runs after both jobs' other suites, one at a time,
-    and nothing is trained twice."""
+    and nothing is trained twice. The pool's workers load the data and run the gates while the driver plans."""
     plan_path, ref = local_grid
     text = plan_path.read_text().replace(
         "suites:\n", "suites:\n  throughput: {lengths: [16, 32], repeats: 1, modes: [prefill], reference: '', "
                      "floor: ''}\n")
     store = ResultsStore(tmp_path / "store")
+    _forget_gates_and_corpora(monkeypatch, ("protot", "attention"))
     with ProcessExecutor(workers=2) as pool:
         assert pool.side_by_side([1, 2]) and not ProcessExecutor(workers=1).side_by_side([1, 2])
         report = run_requests(load_plan(write_plan(tmp_path, text=text)).requests("cpu", progress=False), store, pool)
@@ -233,7 +247,24 @@ def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_gri
     timed = [i for i, n in enumerate(names) if n.startswith("eval throughput")]
     assert len(timed) == 2 and min(timed) > last_perplexity, names
     assert sum("(already trained)" in n for n in names) == 2
-    assert "conformance gates of 2 mixer(s) side by side" in names  # in the pool's workers, kept for the jobs
+    # in the pool's workers, begun while the driver planned, and kept for the jobs
+    assert "conformance gates of 2 mixer(s) side by side, begun beside the data" in names, names
+    assert any(n.startswith("data + tokenizer") and "loaded by a pool worker" in n for n in names), names
+
+
+def test_a_bad_option_found_while_planning_stops_the_pools_prefetch_at_once(monkeypatch, tmp_path):
+    """The pool starts loading the data before every option is checked; a bad one stops its workers instead of
+    waiting for the data."""
+    from harness.running.runner import GridRequest, JobOptions
+
+    _forget_gates_and_corpora(monkeypatch, ())
+    req = GridRequest(preset="tiny", mixers=["protot", "attention"], suites=["perplexity"], seeds=[0],
+                      mixer_configs={"attention": {"no_such_option": 1}}, data_overrides={"max_train_docs": 40},
+                      options=JobOptions(device="cpu", progress=False), controls=[])
+    pool = ProcessExecutor(workers=2)
+    with pytest.raises(ConfigError, match="no_such_option"):
+        run_requests([req], ResultsStore(tmp_path / "store"), pool)
+    assert pool._pool is None  # shut down, its workers terminated
 
 
 def test_gates_run_in_the_pools_workers_and_a_failing_mixer_is_still_refused():

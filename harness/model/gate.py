@@ -44,6 +44,11 @@ def _describe(spec: ModelSpec) -> str:
     return f"'{spec.mixer}'" + (f" ({config})" if config else "")
 
 
+def verdict_cached(spec: ModelSpec, device: str = "cpu", config: GateConfig | None = None) -> bool:
+    """Whether the verdict for ``spec``'s mixer is in the cache: :func:`require_gate` would run no check."""
+    return _read(gate_key(spec, device, config or GateConfig())) is not None
+
+
 def require_gate(
     spec: ModelSpec, preset: str, device: str = "cpu", skip: bool = False, config: GateConfig | None = None,
     progress: bool = True,

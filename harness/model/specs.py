@@ -77,9 +77,7 @@ def make_run_spec(
     # typed once here, so `n_prototypes=16` from the CLI and `n_prototypes: 16` from a plan are one model
     mixer_config = coerce_values(entry.config_cls, mixer_config, mixer)
     entry.make_config(mixer_config)  # validates field names and values
-    data_values = coerce_values(DataConfig, data_overrides, "data")
-    data = DataConfig(**{"vocab_size": p.vocab_size, **data_values})
-    check_data_source(data)
+    data = data_config(preset, data_overrides)
     backbone_values = coerce_values(BackboneConfig, backbone_overrides, "backbone")
     given = {k: v for k, v in (train_overrides or {}).items() if v is not None}
     unknown = set(given) - {f.name for f in dataclasses.fields(TrainConfig)}
@@ -92,6 +90,14 @@ def make_run_spec(
     spec = RunSpec(ModelSpec(mixer, mixer_config, backbone), data, train, preset)
     validate_model(spec.model)
     return spec
+
+
+def data_config(preset: str, data_overrides: dict[str, Any] | None = None) -> DataConfig:
+    """The data a model at ``preset`` with ``data_overrides`` trains on, its source checked (no data is read)."""
+    values = coerce_values(DataConfig, data_overrides, "data")
+    data = DataConfig(**{"vocab_size": get_preset(preset).vocab_size, **values})
+    check_data_source(data)
+    return data
 
 
 def preset_defaults(preset: str, mixer: str, mixer_config: dict[str, Any], backbone: BackboneConfig, *,

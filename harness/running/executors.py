@@ -71,6 +71,13 @@ class Executor(ABC):
         them would slow them. A cluster's jobs reserve their own resources, so only a local pool says True."""
         return False
 
+    def prefetch(self, fn: Callable[..., Any], items: Sequence[Any], like: Sequence[Any]) -> "Prefetch | None":
+        """Start ``fn(item)`` for every item in the background, on the workers that jobs shaped ``like`` will get,
+        where that costs them nothing: a local pool's workers would otherwise wait while the driver plans the
+        grid. The work must be something the driver can redo (it fills a cache): a failure is the driver's to
+        meet when it does. None here: the driver does the work itself when it needs it."""
+        return None
+
     def __enter__(self) -> "Executor":
         return self
 
@@ -185,6 +192,25 @@ def _worker_death(index: int, jobs: Sequence[Any], pids: str, processes: dict[in
     )
 
 
+class Prefetch:
+    """Background work started by :meth:`Executor.prefetch`."""
+
+    def __init__(self, futures: list[concurrent.futures.Future], abandon: Callable[[], None]):
+        self._futures = futures
+        self._abandon = abandon
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def wait(self) -> None:
+        """Until every item is done or has failed (the driver then meets the failure itself)."""
+        concurrent.futures.wait(self._futures)
+
+    def abandon(self) -> None:
+        """Stop it now, the workers with it: the grid is not going to run (a bad option found while planning)."""
+        self._abandon()
+
+
 class LocalExecutor(Executor):
     """Jobs one after the other in this process: no start-up cost, full tracebacks, shares the loaded corpus."""
 
@@ -234,29 +260,44 @@ class ProcessExecutor(Executor):
     def side_by_side(self, jobs: Sequence[Any]) -> bool:
         return len(jobs) > 1 and self.pool_size(jobs) > 1
 
-    def map(self, fn, jobs, *args):
-        """As :meth:`Executor.map`. The pool outlives the call: a second map of the same shape (the grid's jobs
-        after the gates') finds its workers started, torch and the mixers' packages imported. It is shut down by
-        :meth:`close`, and at once when a worker dies or the caller stops early."""
-        if not jobs:
-            return
+    @contextlib.contextmanager
+    def _pool_for(self, jobs: Sequence[Any]) -> Iterator[tuple[concurrent.futures.ProcessPoolExecutor, int]]:
+        """The live pool of the shape ``jobs`` want (a pool of another shape is shut down first) and the threads
+        of each worker; submit inside the block: workers are spawned by the submits and inherit its environment."""
         size = self.pool_size(jobs)
         threads = self.worker_threads(jobs, size)
         if self._shape != (size, threads):
             self.close()
-        # workers are spawned while jobs are submitted: inside the block, so they inherit its environment
         with _environment(worker_environment(threads)):
             if self._pool is None:
                 self._pool = concurrent.futures.ProcessPoolExecutor(
                     max_workers=size, mp_context=multiprocessing.get_context("spawn")
                 )
                 self._shape = (size, threads)
+            yield self._pool, threads
+
+    def prefetch(self, fn, items, like):
+        """As :meth:`Executor.prefetch`: on the pool ``like`` (the grid's jobs to come) will use, when they run
+        side by side; the grid's maps then find the same workers."""
+        if not items or not self.side_by_side(like):
+            return None
+        with self._pool_for(like) as (pool, threads):
+            futures = [pool.submit(_portable_call, fn, item, threads=threads) for item in items]
+        return Prefetch(futures, lambda: self.close(wait=False))
+
+    def map(self, fn, jobs, *args):
+        """As :meth:`Executor.map`. The pool outlives the call: a second map of the same shape (the grid's jobs
+        after the gates') finds its workers started, torch and the mixers' packages imported. It is shut down by
+        :meth:`close`, and at once when a worker dies or the caller stops early."""
+        if not jobs:
+            return
+        with self._pool_for(jobs) as (pool, threads):
             pids = tempfile.mkdtemp(prefix="mixbench-pool-")  # job index -> pid of the worker that runs it
             futures = {
-                self._pool.submit(_pid_noting_call, pids, i, fn, job, *args, threads=threads): (i, job)
+                pool.submit(_pid_noting_call, pids, i, fn, job, *args, threads=threads): (i, job)
                 for i, job in enumerate(jobs)
             }
-            workers = dict(getattr(self._pool, "_processes", None) or {})  # spawned by the submits: pid -> Process
+            workers = dict(getattr(pool, "_processes", None) or {})  # spawned by the submits: pid -> Process
         completed = broken = False
         try:
             for future in concurrent.futures.as_completed(futures):
@@ -275,11 +316,16 @@ class ProcessExecutor(Executor):
                 self.close()
             shutil.rmtree(pids, ignore_errors=True)
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-            self._shape = None
+    def close(self, wait: bool = True) -> None:
+        """Shut the pool down after the running jobs (``wait``), or now, its workers terminated (their work is
+        lost: what they had finished is kept, a checkpoint resumes the rest)."""
+        if self._pool is None:
+            return
+        pool, self._pool, self._shape = self._pool, None, None
+        if not wait:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=wait, cancel_futures=True)
 
 
 class RayExecutor(Executor):
