@@ -160,24 +160,26 @@ class DataConfig:
             raise ConfigError(f"max_train_docs must be >= 0, got {self.max_train_docs}.")
 
 
+#: the mixer whose non-embedding parameter count the board presets match every model to (docs/protocol.md): the
+#: Transformer every mixer paper compares with
+MATCH_REFERENCE = "attention"
+
+
 @dataclass(frozen=True)
 class Preset:
     """A named setting. ``match``: ``params`` sets each mixer's MLP width so its non-embedding parameters are within
-    5% of ``match_reference``'s (docs/protocol.md, "Matched sizes"), ``none`` keeps one width; the training values
-    of a mixer's recipe file, when it has one, replace ``train``'s (harness/model/recipes.py)."""
+    5% of ``match_reference``'s (docs/protocol.md, "Matched sizes": the defaults, which every board preset uses),
+    ``none`` keeps one width; the training values of a mixer's recipe file, when it has one, replace ``train``'s
+    (harness/model/recipes.py)."""
 
     name: str
     backbone: dict[str, Any]
     train: dict[str, Any]
     vocab_size: int
     description: str = ""
-    match: str = "none"
-    match_reference: str = ""
+    match: str = "params"
+    match_reference: str = MATCH_REFERENCE
 
-
-#: the mixer whose non-embedding parameter count the board presets match every model to (docs/protocol.md): the
-#: Transformer every mixer paper compares with
-MATCH_REFERENCE = "attention"
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -188,8 +190,6 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=65_536, batch_size=8, lr=3e-3, eval_every=0, checkpoint_every=0),
             vocab_size=512,
             description="tests",
-            match="params",
-            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "quick",
@@ -204,8 +204,6 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=327_680, batch_size=4, lr=3e-3, eval_every=80, checkpoint_every=80),
             vocab_size=512,
             description="the embedded default on a 2-core CPU",
-            match="params",
-            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "paper-small",
@@ -213,8 +211,6 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=250_000_000, batch_size=32, lr=6e-4, eval_every=1000, checkpoint_every=1000),
             vocab_size=16384,
             description="the ProtoT paper's fixed backbone",
-            match="params",
-            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "paper-large",
@@ -222,8 +218,6 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=1_000_000_000, batch_size=32, lr=6e-4, eval_every=1000, checkpoint_every=1000),
             vocab_size=16384,
             description="the ProtoT paper's large setting",
-            match="params",
-            match_reference=MATCH_REFERENCE,
         ),
         Preset(
             "long",
@@ -234,8 +228,6 @@ PRESETS: dict[str, Preset] = {
             dict(token_budget=327_680, batch_size=1, lr=3e-3, eval_every=80, checkpoint_every=80),
             vocab_size=512,
             description="long context (1024 tokens) on a 2-core CPU",
-            match="params",
-            match_reference=MATCH_REFERENCE,
         ),
     ]
 }
