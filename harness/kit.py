@@ -11,58 +11,57 @@ from __future__ import annotations
 
 import importlib
 
-#: each public name and the core module it lives in, by group
-_HOME = {
+#: the core modules behind the kit and the public names each provides, by group
+_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # model: the backbone and its blocks, checkpoints, run specs, FLOPs, devices, the tuned recipes' seed spread
-    "MixerLM": "harness.model.backbone", "RMSNorm": "harness.model.backbone",
-    "build_model": "harness.model.backbone", "init_output_projection": "harness.model.backbone",
-    "rms_norm": "harness.model.backbone_kernels", "load_model": "harness.model.checkpoint",
-    "validate_model": "harness.model.specs", "spec_flops_per_token": "harness.model.flops",
-    "resolve_device": "harness.model.devices", "NLL_SCALE": "harness.model.recipes",
-    "seed_spread": "harness.model.recipes",
+    ("harness.model.backbone", ("MixerLM", "RMSNorm", "build_model", "init_output_projection")),
+    ("harness.model.backbone_kernels", ("rms_norm",)),
+    ("harness.model.checkpoint", ("load_model",)),
+    ("harness.model.specs", ("validate_model",)),
+    ("harness.model.flops", ("spec_flops_per_token",)),
+    ("harness.model.devices", ("resolve_device",)),
+    ("harness.model.recipes", ("NLL_SCALE", "seed_spread")),
     # training: what a suite that trains small models uses (loss, optimiser, learning-rate schedule)
-    "lm_loss": "harness.running.training", "adamw": "harness.running.training",
-    "param_groups": "harness.running.training", "lr_at": "harness.running.training",
+    ("harness.running.training", ("lm_loss", "adamw", "param_groups", "lr_at")),
     # evaluation: windowed NLL, batching, memory checks before a forward or a training run
-    "window_nll": "harness.model.window_nll", "document_nll": "harness.model.window_nll",
-    "bucket_nll": "harness.model.window_nll", "position_buckets": "harness.model.window_nll",
-    "IGNORE_INDEX": "harness.model.batching", "Estimate": "harness.model.memory",
-    "check_forward": "harness.model.memory", "check_fits": "harness.model.memory",
-    "check_training": "harness.model.memory", "peak_bytes": "harness.model.memory",
+    ("harness.model.window_nll", ("window_nll", "document_nll", "bucket_nll", "position_buckets")),
+    ("harness.model.batching", ("IGNORE_INDEX",)),
+    ("harness.model.memory", ("Estimate", "check_forward", "check_fits", "check_training", "peak_bytes")),
     # data: the corpus, its splits, the tokenizer
-    "Corpus": "harness.corpus.data", "SPLITS": "harness.corpus.data", "Window": "harness.corpus.data",
-    "Tokenizer": "harness.corpus.tokenizer", "digest_texts": "harness.corpus.tokenizer",
+    ("harness.corpus.data", ("Corpus", "SPLITS", "Window")),
+    ("harness.corpus.tokenizer", ("Tokenizer", "digest_texts")),
     # store reading: the results store and its runs (only the core writes; see running below)
-    "ResultsStore": "harness.store.results", "RunRecord": "harness.store.results",
+    ("harness.store.results", ("ResultsStore", "RunRecord")),
     # plotting: one figure style for every suite's plots; the board's Pareto front
-    "figure": "harness.reporting.plotting", "save": "harness.reporting.plotting",
-    "pareto_front": "harness.reporting.pareto",
+    ("harness.reporting.plotting", ("figure", "save")),
+    ("harness.reporting.pareto", ("pareto_front",)),
     # formatting: numbers as the board prints them
-    "si": "harness.reporting.numbers", "fmt": "harness.reporting.numbers",
-    "speed_ratio_text": "harness.reporting.run_report",
+    ("harness.reporting.numbers", ("si", "fmt")),
+    ("harness.reporting.run_report", ("speed_ratio_text",)),
     # cache folders and durable writes
-    "cache_dir": "harness.store.storage", "fill_folder_once": "harness.store.storage",
-    "atomic_write": "harness.store.storage",
+    ("harness.store.storage", ("cache_dir", "fill_folder_once", "atomic_write")),
     # compiled kernels: build and load a small C library
-    "CompiledLibrary": "harness.model.compiled", "pointer": "harness.model.compiled",
+    ("harness.model.compiled", ("CompiledLibrary", "pointer")),
     # the LLM judge: client, replies, reply cache, the local judge server
-    "DEFAULT_KEY_ENV": "harness.llm_judge", "EndpointConfig": "harness.llm_judge", "GoldReply": "harness.llm_judge",
-    "JudgeCallFailed": "harness.llm_judge", "JudgeClient": "harness.llm_judge", "JudgeMode": "harness.llm_judge",
-    "LocalJudge": "harness.llm_judge", "Reply": "harness.llm_judge", "ReplyCache": "harness.llm_judge",
-    "check_reachable": "harness.llm_judge", "local_judge_id": "harness.llm_judge", "reply_key": "harness.llm_judge",
+    ("harness.llm_judge", ("DEFAULT_KEY_ENV", "EndpointConfig", "GoldReply", "JudgeCallFailed", "JudgeClient",
+                           "JudgeMode", "LocalJudge", "Reply", "ReplyCache", "check_reachable", "local_judge_id",
+                           "reply_key")),
     # provenance: the machine, its load, package versions, secrets kept out of records
-    "device_descriptor": "harness.store.provenance", "load_average": "harness.store.provenance",
-    "package_versions": "harness.store.provenance", "redact_url": "harness.store.redaction",
+    ("harness.store.provenance", ("device_descriptor", "load_average", "package_versions")),
+    ("harness.store.redaction", ("redact_url",)),
     # identity and manifests: what a suite's cross-run runs (AggregateRun) are named and described by
-    "Identity": "harness.store.identity", "run_identity": "harness.store.identity",
-    "RunManifest": "harness.store.manifest", "build_manifest": "harness.running.evaluate",
+    ("harness.store.identity", ("Identity", "run_identity")),
+    ("harness.store.manifest", ("RunManifest",)),
+    ("harness.running.evaluate", ("build_manifest",)),
     # running: the core's write path for runs a suite made, a checkpoint scored, a plan's grid (suites' commands)
-    "store_runs": "harness.running.evaluate", "write_aggregate": "harness.running.evaluate",
-    "evaluate_checkpoint": "harness.running.evaluate", "load_plan": "harness.running.plan",
-    "run_plan_grid": "harness.running.plan_commands",
-}
+    ("harness.running.evaluate", ("store_runs", "write_aggregate", "evaluate_checkpoint")),
+    ("harness.running.plan", ("load_plan",)),
+    ("harness.running.plan_commands", ("run_plan_grid",)),
+)
 
-__all__ = list(_HOME)
+__all__ = [name for _, names in _MODULES for name in names]  # a name listed twice shows here twice (a test looks)
+#: each public name and the core module it lives in
+_HOME = {name: module for module, names in _MODULES for name in names}
 
 
 def __getattr__(name: str):
