@@ -52,31 +52,18 @@ class ExampleScores:
 def score_split(predict: Predictor, data: TaskData, batch_size: int, device: torch.device | str = "cpu",
                 limit: int | None = None) -> ExampleScores:
     """Run ``predict`` over ``data`` (its first ``limit`` examples) and count exact matches per example."""
-    n = len(data) if limit is None else min(limit, len(data))
-    correct = np.zeros(n, dtype=np.int64)
-    total = np.zeros(n, dtype=np.int64)
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        x = torch.from_numpy(data.inputs[start:stop]).to(device)
-        y = torch.from_numpy(data.targets[start:stop]).to(device)
-        mask = y != IGNORE
-        pred = predict(x, mask)
-        if pred.shape != (int(mask.sum()),):
-            raise ValueError(f"a predictor returned {tuple(pred.shape)} predictions for {int(mask.sum())} targets")
-        hits = (pred.to(y.device) == y[mask]).long()
-        rows = mask.nonzero()[:, 0]
-        correct[start:stop] = torch.zeros(stop - start, dtype=torch.long, device=y.device).index_add_(0, rows, hits).cpu().numpy()
-        total[start:stop] = mask.sum(1).cpu().numpy()
-    return ExampleScores(correct, total)
+    hits, mask = position_hits(predict, data, batch_size, device, limit)
+    return window_scores(hits, mask, 0, hits.shape[1])
 
 
-def position_hits(predict: Predictor, data: TaskData, batch_size: int,
-                  device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+def position_hits(predict: Predictor, data: TaskData, batch_size: int, device: torch.device | str = "cpu",
+                  limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per position: whether ``predict`` emits the target (``hits``) and whether there is one (``mask``), both
-    bool ``[N, T]``; one pass over ``data``, from which :func:`window_scores` cuts any range of positions."""
-    n, T = data.inputs.shape
-    hits = np.zeros((n, T), dtype=bool)
-    mask = data.targets != IGNORE
+    bool ``[N, T]`` (``N``: the first ``limit`` examples, all without one); one pass over ``data``, from which
+    :func:`window_scores` cuts any range of positions."""
+    n = len(data) if limit is None else min(limit, len(data))
+    hits = np.zeros((n, data.seq_len), dtype=bool)
+    mask = data.targets[:n] != IGNORE
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
         x = torch.from_numpy(data.inputs[start:stop]).to(device)
