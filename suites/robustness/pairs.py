@@ -20,7 +20,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +52,8 @@ class Pair:
     edits: tuple[Edit, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "slice": self.slice,
-            "original": self.original,
-            "perturbed": self.perturbed,
-            "source": self.source,
-            "edits": [e.to_json() for e in self.edits],
-        }
+        """The fields in their declared order (the JSONL's fixed field order)."""
+        return {**asdict(self), "edits": [e.to_json() for e in self.edits]}
 
 
 @dataclass(frozen=True)
