@@ -28,6 +28,16 @@ def machine_line() -> str:
             f"load average {load_average()}")
 
 
+def set_threads(threads: int) -> None:
+    """Torch's threads and denormals as the CLI sets them: ``threads`` intra-op threads (0: torch's default), and
+    denormals flushed, so decayed sums do not run at denormal speed."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+
+
 def quick_backbone(preset: str = "quick"):
     from harness.config import BackboneConfig, get_preset
 
@@ -45,6 +55,28 @@ def build(mixer: str, backbone, kernel: str | None = None, mixer_config: dict | 
     model = build_model(ModelSpec(mixer, mixer_config or {}, backbone), seed=0)
     model.set_kernel(kernel, torch.device("cpu"))
     return model
+
+
+def random_tokens(backbone, batch: int):
+    """``batch`` sequences of ``context + 1`` random token ids (inputs and their next tokens), seed 0."""
+    import torch
+
+    return torch.randint(0, backbone.vocab_size, (batch, backbone.context + 1),
+                         generator=torch.Generator().manual_seed(0))
+
+
+def train_step(model, optimizer, tokens):
+    """One training step on ``tokens`` as ``mixbench train`` takes it (forward, loss, backward, optimizer step), as
+    a :class:`harness.timing.Candidate` function."""
+    from harness.running.training import lm_loss
+
+    def step(_):
+        loss = lm_loss(model, tokens[:, :-1], tokens[:, 1:])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
 
 
 def fmt_ratio(ratio) -> str:

@@ -65,9 +65,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--no-reference", action="store_true", help="leave out selective_scan_ref (slow)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # as the CLI does
+    _common.set_threads(args.threads)
     mamba_routing.install()
     from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
 

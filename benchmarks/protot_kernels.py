@@ -106,9 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # as the CLI does: decayed sums must not run at denormal speed
+    _common.set_threads(args.threads)
     torch.manual_seed(0)
     B, d, R = args.batch, args.d_model, args.prototypes
     m = d // 2

@@ -18,27 +18,18 @@ import harness  # noqa: F401  (first: the threading policy is set before torch l
 import torch
 
 import _common
-from harness.model.backbone import build_model
-from harness.config import BackboneConfig, ModelSpec, get_preset
+from harness.config import BackboneConfig
 from harness.timing import Candidate, interleaved
-from harness.running.training import adamw, lm_loss, param_groups
+from harness.running.training import adamw, param_groups
 
 PEAK_N = 1024
 
 
 def step_candidate(name: str, backbone: BackboneConfig, batch: int) -> tuple[Candidate, int]:
-    model = build_model(ModelSpec(name, {}, backbone), seed=0)
-    model.set_kernel(None, torch.device("cpu"))
+    model = _common.build(name, backbone)
     model.train()
     optimizer = adamw(param_groups(model, 0.1), lr=1e-3)
-    tokens = torch.randint(0, backbone.vocab_size, (batch, backbone.context + 1), generator=torch.Generator().manual_seed(0))
-
-    def step(_):
-        loss = lm_loss(model, tokens[:, :-1], tokens[:, 1:])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
+    step = _common.train_step(model, optimizer, _common.random_tokens(backbone, batch))
     return Candidate(f"{name} ({model.kernel})", step), model.num_parameters()
 
 
@@ -50,12 +41,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=0, help="0: the preset's")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # as the CLI does
-    preset = get_preset(args.preset)
-    backbone = BackboneConfig(vocab_size=preset.vocab_size, **preset.backbone)
-    batch = args.batch_size or preset.train["batch_size"]
+    _common.set_threads(args.threads)
+    backbone, preset_batch = _common.quick_backbone(args.preset)
+    batch = args.batch_size or preset_batch
     tokens = batch * backbone.context
     a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
     steps = [step_candidate(name, backbone, batch) for name in args.mixers.split(",")]

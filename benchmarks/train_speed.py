@@ -15,11 +15,10 @@ from __future__ import annotations
 import argparse
 
 import harness  # noqa: F401  (first: the threading policy is set before torch loads)
-import torch
 
 import _common
 from harness.timing import Candidate, interleaved
-from harness.running.training import adamw, lm_loss, param_groups
+from harness.running.training import adamw, param_groups
 
 DEFAULT = "protot,attention,mamba:cpu-scan,mamba,deltanet:naive-chunk,deltanet"
 
@@ -32,33 +31,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=0, help="0 = the preset's")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)  # as the CLI does
+    _common.set_threads(args.threads)
 
     backbone, preset_batch = _common.quick_backbone(args.preset)
     batch = args.batch_size or preset_batch
-    tokens = torch.randint(0, backbone.vocab_size, (batch, backbone.context + 1),
-                           generator=torch.Generator().manual_seed(0))
+    tokens = _common.random_tokens(backbone, batch)
     runs = {}
     for entry in args.mixers.split(","):
         mixer, _, kernel = entry.partition(":")
         model = _common.build(mixer, backbone, kernel or None)
         runs[entry] = (model, adamw(param_groups(model, 0.1), lr=1e-3))
 
-    def step(entry: str):
-        model, optimizer = runs[entry]
-
-        def run(_):
-            loss = lm_loss(model, tokens[:, :-1], tokens[:, 1:])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
-        return run
-
     start = _common.machine_line()
-    timings = interleaved([Candidate(e, step(e)) for e in runs], args.rounds)
+    timings = interleaved([Candidate(e, _common.train_step(*runs[e], tokens)) for e in runs], args.rounds)
     print(f"preset {args.preset}: d_model {backbone.d_model}, {backbone.n_layers} layers, context "
           f"{backbone.context}, batch {batch}, vocab {backbone.vocab_size}; {args.rounds} interleaved rounds after "
           f"{timings.warmup_rounds} warm-up rounds{'' if timings.settled else ' (not settled)'}")
