@@ -1,5 +1,5 @@
 """The delta rule on CPU, side by side: fla's naive recurrence and naive chunkwise op against mixbench's chunked
-kernel (``mixers.deltanet.delta_rule``), then the DeltaNet layer per kernel, forward + backward. With ``--gated``, the
+kernel (``mixers.deltanet.kernel``), then the DeltaNet layer per kernel, forward + backward. With ``--gated``, the
 gated delta rule (log-decays in [-1, 0)) and the Gated DeltaNet layer.
 
 Shapes: the quick preset's DeltaNet (4 heads of 32, d_model 128), B * T = 4096 tokens per call, T in {256, 1024,
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 import _common
 from harness.registry import MIXERS
 from harness.timing import Candidate, interleaved
-from mixers.deltanet import fla_routing
-from mixers.deltanet.delta_rule import chunk_delta_rule
+from mixers.deltanet import routing
+from mixers.deltanet.kernel import chunk_delta_rule
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--gated", action="store_true", help="the gated delta rule and Gated DeltaNet")
     args = parser.parse_args()
     torch.set_flush_denormal(True)
-    fla_routing.install()
+    routing.install()
     from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
     from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 

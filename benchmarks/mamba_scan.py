@@ -1,5 +1,5 @@
 """Mamba-1's selective scan on CPU, side by side: mamba-ssm's ``selective_scan_ref``, the PyTorch recurrence of
-``mixers.mamba.selective_scan`` and the compiled loop of ``mixers.mamba.selective_scan_c``; then the whole layer per kernel.
+``mixers.mamba.kernel`` and the compiled loop of ``mixers.mamba.kernel_c``; then the whole layer per kernel.
 
 Forward + backward at B = 4, T = 256, d_model = 256 by default (Mamba's expand 2 and d_state 16: 512 channels of
 16 states), on inputs shaped and scaled as the Mamba layer makes them (step sizes in Mamba's [1e-3, 1e-1]). Two
@@ -21,9 +21,9 @@ import torch
 
 import _common
 from harness.timing import Candidate, interleaved
-from mixers.mamba import mamba_routing, fused_cpu, selective_scan_c
+from mixers.mamba import fused, kernel_c, routing
 from mixers.mamba.layer import MambaConfig, MambaMixer
-from mixers.mamba.selective_scan import selective_scan_cpu
+from mixers.mamba.kernel import selective_scan_cpu
 
 
 def scan_inputs(batch: int, channels: int, states: int, length: int, gen: torch.Generator) -> dict:
@@ -53,7 +53,7 @@ def package_layout(fn):
 
 
 def compiled(x):
-    return fused_cpu.scan(x["u"], x["delta"], x["delta_bias"], x["A"], x["B"], x["C"], x["D"], x["z"])[0]
+    return fused.scan(x["u"], x["delta"], x["delta_bias"], x["A"], x["B"], x["C"], x["D"], x["z"])[0]
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="leave out selective_scan_ref (slow)")
     args = parser.parse_args()
     _common.set_threads(args.threads)
-    mamba_routing.install()
+    routing.install()
     from mamba_ssm.ops.selective_scan_interface import selective_scan_ref
 
     cfg = MambaConfig()
@@ -87,7 +87,7 @@ def main() -> None:
              "selective_scan_cpu": package_layout(selective_scan_cpu)}
     if args.no_reference:
         del scans["selective_scan_ref"]
-    if selective_scan_c.available():
+    if kernel_c.available():
         scans["compiled (fused)"] = compiled
     layer = MambaMixer(cfg, args.d_model, 0, 1)
     x = torch.randn(args.batch, args.length, args.d_model, generator=gen, requires_grad=True)
@@ -109,8 +109,8 @@ def main() -> None:
     print(f"forward + backward, B={args.batch} T={args.length} d_model={args.d_model} ({channels} channels x "
           f"{cfg.d_state} states); {args.rounds} interleaved rounds per view")
     print(f"at start: {start}\nat end:   load average {_common.load_average()}")
-    if not selective_scan_c.available():
-        print(f"no compiled scan here: {selective_scan_c.unavailable_reason()}")
+    if not kernel_c.available():
+        print(f"no compiled scan here: {kernel_c.unavailable_reason()}")
     for view, t in (("scan", scan_t), ("layer", layer_t)):
         names = list(t.seconds)
         slowest = names[0]

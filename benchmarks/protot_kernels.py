@@ -28,10 +28,10 @@ import torch
 
 import _common
 from harness.timing import Candidate, Timings, interleaved
-from mixers.protot import chunked_c
+from mixers.protot import kernel_c
 from mixers.attention.layer import Attention, AttentionConfig
 from mixers.protot.layer import ProtoT, ProtoTConfig
-from mixers.protot.kernels import KERNELS, chunked_flops
+from mixers.protot.reference import KERNELS, chunked_flops
 
 PEAK_N = 1024
 
@@ -124,7 +124,7 @@ def main() -> None:
     for T in [int(t) for t in args.lengths.split(",")]:
         kernels = [kernel_candidate("recurrent", "recurrent", B, T, R, m, betas["gentle"])]
         kernels += [kernel_candidate(f"chunked {k}", "chunked", B, T, R, m, b) for k, b in betas.items()]
-        if chunked_c.usable(torch.zeros(1)):  # the same kernel with its recurrences in PyTorch (no C compiler)
+        if kernel_c.usable(torch.zeros(1)):  # the same kernel with its recurrences in PyTorch (no C compiler)
             kernels += [kernel_candidate(f"pytorch-rec {k}", "chunked", B, T, R, m, b, compiled=False)
                         for k, b in betas.items()]
         timings = interleaved([matmul_candidate(), *kernels], repeats=args.repeats)

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mixers.common import short_conv
-from mixers.mamba import fused_cpu, mamba_routing, selective_scan_c
-from mixers.deltanet.delta_rule import chunk_delta_rule
+from mixers.mamba import fused as mamba_fused, kernel_c as mamba_kernel_c, routing as mamba_routing
+from mixers.deltanet.kernel import chunk_delta_rule
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -70,9 +70,9 @@ def test_chunked_delta_rule_equals_fla_recurrence(gated, with_state, T, chunk):
 def test_chunked_delta_rule_in_blocks_of_one_chunk_equals_fla_recurrence(gated, monkeypatch):
     """Blocks of one chunk each (6 matrices per chunk here): the block loop's seams, in fp32, against fla's
     recurrence, outputs, final state and every gradient, over five chunks and a ragged last one."""
-    from mixers.deltanet import delta_rule
+    from mixers.deltanet import kernel as delta_kernel
 
-    monkeypatch.setattr(delta_rule, "MATRICES_PER_BLOCK", 6)
+    monkeypatch.setattr(delta_kernel, "MATRICES_PER_BLOCK", 6)
     x = delta_inputs(75, gated, with_state=True)
     leaves = [t for t in x.values() if t is not None]
     results = []
@@ -82,7 +82,7 @@ def test_chunked_delta_rule_in_blocks_of_one_chunk_equals_fla_recurrence(gated, 
         o, S = fn()
         grads = torch.autograd.grad(o.sin().sum() + S.square().sum(), leaves)
         results.append([o.detach(), S.detach(), *grads])
-    assert len(delta_rule._blocks(5, 6)) == 5
+    assert len(delta_kernel._blocks(5, 6)) == 5
     for a, b in zip(results[1], results[0]):
         assert rel(a, b) <= 1e-5
 
@@ -108,10 +108,10 @@ def test_written_out_backward_passes_gradcheck(gated, used, per_block, monkeypat
     matrices each, in blocks of one chunk, of two and one, or all three; keys not normalised, beta up to 2,
     log-decays in [-1.5, 0], an initial state, and every output used or only some (autograd then passes None
     for the others)."""
-    from mixers.deltanet import delta_rule
-    from mixers.deltanet.delta_rule import _DeltaChunks
+    from mixers.deltanet import kernel as delta_kernel
+    from mixers.deltanet.kernel import _DeltaChunks
 
-    monkeypatch.setattr(delta_rule, "MATRICES_PER_BLOCK", per_block)
+    monkeypatch.setattr(delta_kernel, "MATRICES_PER_BLOCK", per_block)
 
     gen = torch.Generator().manual_seed(5)
     N, B, H, C, K, V = 3, 1, 2, 4, 3, 5
@@ -133,20 +133,20 @@ def test_written_out_backward_passes_gradcheck(gated, used, per_block, monkeypat
 
 @pytest.mark.parametrize("C", [1, 7, 16, 32, 64])
 def test_compiled_unit_lower_inverse_equals_the_triangular_solve(C):
-    from mixers.deltanet import delta_rule_c
+    from mixers.deltanet import kernel_c as delta_kernel_c
 
-    if not delta_rule_c.usable(torch.zeros(1)):
+    if not delta_kernel_c.usable(torch.zeros(1)):
         pytest.skip("no compiled inverse here")
     a = torch.randn(37, C, C, generator=torch.Generator().manual_seed(C)) * 0.3
     want = torch.linalg.solve_triangular(a, torch.eye(C).expand(37, C, C), upper=False, unitriangular=True)
-    got = delta_rule_c.unit_lower_inverse(a)
+    got = delta_kernel_c.unit_lower_inverse(a)
     assert (got - want).abs().max() <= 1e-6 * want.abs().max()
     assert (got.triu(1) == 0).all() and (got.diagonal(dim1=-2, dim2=-1) == 1).all()
 
 
 # ---------------------------------------------------------------- Mamba-1 scan and conv
-pytestmark_c = pytest.mark.skipif(not selective_scan_c.available(),
-                                  reason=f"no compiled scan here: {selective_scan_c.unavailable_reason()}")
+pytestmark_c = pytest.mark.skipif(not mamba_kernel_c.available(),
+                                  reason=f"no compiled scan here: {mamba_kernel_c.unavailable_reason()}")
 
 
 def scan_inputs(T, batch=2, D=24, N=8, dt=0.05, seed=0):
@@ -208,7 +208,7 @@ def test_compiled_scan_equals_selective_scan_ref(T, dt, reference, tol, threads,
     x = scan_inputs(T, batch=1 if threads == 2 else 3, dt=dt)
     results = []
     for fn in (lambda: reference(x),
-               lambda: fused_cpu.scan(x["u"], x["delta"], x["bias"], x["A"], x["B"], x["C"], x["D"], x["z"], x["h0"],
+               lambda: mamba_fused.scan(x["u"], x["delta"], x["bias"], x["A"], x["B"], x["C"], x["D"], x["z"], x["h0"],
                                       with_state=True)):
         out, last = fn()
         grads = torch.autograd.grad(out.sin().sum() + last.square().sum(), list(x.values()))
@@ -223,8 +223,8 @@ def test_compiled_scan_reads_z_from_a_wider_tensor():
     x = scan_inputs(20)
     wide = torch.cat([torch.randn_like(x["z"]), x["z"].detach()], dim=-1)
     args = [x[k].detach() for k in ("u", "delta", "bias", "A", "B", "C", "D")]
-    strided, _ = fused_cpu.scan(*args, wide.split(x["z"].shape[-1], dim=-1)[1])
-    copied, _ = fused_cpu.scan(*args, x["z"].detach().contiguous())
+    strided, _ = mamba_fused.scan(*args, wide.split(x["z"].shape[-1], dim=-1)[1])
+    copied, _ = mamba_fused.scan(*args, x["z"].detach().contiguous())
     assert torch.equal(strided, copied)
 
 
@@ -261,8 +261,8 @@ def test_without_a_compiler_the_torch_scan_takes_over(without_a_compiler):
     PyTorch, and equals the reference kernel."""
     code = (
         "import torch\n"
-        "from mixers.mamba import selective_scan_c\n"
-        "assert not selective_scan_c.available(), 'built without a compiler?'\n"
+        "from mixers.mamba import kernel_c as mamba_kernel_c\n"
+        "assert not mamba_kernel_c.available(), 'built without a compiler?'\n"
         "from harness.registry import MIXERS\n"
         "e = MIXERS.get('mamba'); layer = e.cls(e.make_config({}), 16, 0, 1)\n"
         "x = torch.randn(2, 9, 16, requires_grad=True)\n"
@@ -272,7 +272,7 @@ def test_without_a_compiler_the_torch_scan_takes_over(without_a_compiler):
         "    y = layer(x)[0]; y.square().sum().backward(); outs.append((y.detach(), x.grad.clone()))\n"
         "for a, b in zip(*outs):\n"
         "    assert ((a - b).abs().max() / b.abs().max()).item() < 1e-5\n"
-        "print(selective_scan_c.unavailable_reason())\n"
+        "print(mamba_kernel_c.unavailable_reason())\n"
     )
     assert "no C compiler" in without_a_compiler(code).stdout
 

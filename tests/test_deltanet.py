@@ -11,7 +11,7 @@ from layer_checks import (
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
-from mixers.deltanet import fla_routing
+from mixers.deltanet import routing as deltanet_routing
 from mixers.common import routing
 from mixers.deltanet.layer import DeltaNetConfig, DeltaNetMixer, GatedDeltaNetConfig, GatedDeltaNetMixer
 
@@ -67,7 +67,7 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     for fn in ("delta_rule_recurrence", "delta_rule_chunkwise"):
         original = getattr(naive, fn)
         monkeypatch.setattr(naive, fn, lambda *a, _f=original, _n=fn, **k: seen.append(_n) or _f(*a, **k))
-    import mixers.deltanet.delta_rule as own
+    import mixers.deltanet.kernel as own
 
     original = own.chunk_delta_rule
     monkeypatch.setattr(own, "chunk_delta_rule", lambda *a, **k: seen.append("own") or original(*a, **k))
@@ -81,9 +81,9 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
 def test_routing_is_installed_once_and_selected_is_scoped():
     import fla.layers.delta_net as delta_net
 
-    fla_routing.install()
+    deltanet_routing.install()
     dispatcher = delta_net.chunk_delta_rule
-    fla_routing.install()
+    deltanet_routing.install()
     assert delta_net.chunk_delta_rule is dispatcher
     with routing.selected("chunk"):
         assert routing.current() == "chunk"

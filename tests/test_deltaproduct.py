@@ -11,7 +11,7 @@ from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
 from mixers.common import routing
-from mixers.deltaproduct import fla_routing, product_rule
+from mixers.deltaproduct import kernel as product_kernel, routing as product_routing
 from mixers.deltaproduct.layer import GatedDeltaProductConfig, GatedDeltaProductMixer
 
 NAME = "gated-deltaproduct"
@@ -58,7 +58,7 @@ def test_routed_ops_equal_flas_naive_op(n, gate):
     import fla.layers.gated_deltaproduct as module
     from fla.ops.gated_delta_product.naive import naive_recurrent_gated_delta_product
 
-    fla_routing.install()
+    product_routing.install()
     q, k, v, g, beta, h0 = leaves = _op_inputs(n, gate=gate)
     K = q.shape[-1]
     o, ht = naive_recurrent_gated_delta_product(l2(q), l2(k), v, g, beta, K**-0.5, initial_state=h0,
@@ -72,7 +72,7 @@ def test_routed_ops_equal_flas_naive_op(n, gate):
             got = _results(o, ht, leaves)
             assert all(rel(a, b) <= 1e-5 for a, b in zip(got, expected)), ("chunk op", kernel)
             # the decode op, called as the layer calls it: query and log-decay interleaved, every n-th output
-            q_steps, g_steps = product_rule.interleave(q, g, n)
+            q_steps, g_steps = product_kernel.interleave(q, g, n)
             o, ht = module.fused_recurrent_gated_delta_rule(q=q_steps, k=k, v=v, g=g_steps, beta=beta,
                                                             initial_state=h0, output_final_state=True,
                                                             use_qk_l2norm_in_kernel=True)
@@ -85,7 +85,7 @@ def test_one_householder_step_is_the_gated_delta_rule():
     import fla.layers.gated_deltaproduct as module
     from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
 
-    fla_routing.install()
+    product_routing.install()
     q, k, v, g, beta, h0 = leaves = _op_inputs(1, T=50)
     o, ht = naive_recurrent_gated_delta_rule(l2(q), l2(k), v, beta, g, initial_state=h0, output_final_state=True)
     expected = _results(o, ht, leaves)
@@ -103,7 +103,7 @@ def test_decode_op_applies_flas_in_kernel_options():
     import fla.layers.gated_deltaproduct as module
     from fla.ops.gated_delta_product.naive import naive_recurrent_gated_delta_product
 
-    fla_routing.install()
+    product_routing.install()
     q, k, v, _, _, h0 = _op_inputs(1, T=20)
     raw_beta, raw_g = torch.randn(2, 20, 3), torch.randn(2, 20, 3)
     A_log, dt_bias = torch.randn(3), torch.randn(3)
@@ -122,7 +122,7 @@ def test_decode_op_applies_flas_in_kernel_options():
 def test_torch_paths_refuse_what_they_do_not_support():
     import fla.layers.gated_deltaproduct as module
 
-    fla_routing.install()
+    product_routing.install()
     q, k, v, g, beta, _ = (t.detach() if t is not None else None for t in _op_inputs(2, B=1))
     with routing.selected("chunk"), pytest.raises(NotImplementedError, match="cu_seqlens"):
         module.chunk_gated_delta_product(q, k, v, g, beta, 2, cu_seqlens=torch.tensor([0, 20, 37]))
@@ -179,8 +179,8 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     check_kernels_per_device(layer, ("recurrent", "chunk"), "chunk", "triton")
     seen = []
     for fn in ("recurrent_gated_delta_product", "chunk_gated_delta_product"):
-        original = getattr(product_rule, fn)
-        monkeypatch.setattr(product_rule, fn, lambda *a, _f=original, _n=fn, **k: seen.append(_n) or _f(*a, **k))
+        original = getattr(product_kernel, fn)
+        monkeypatch.setattr(product_kernel, fn, lambda *a, _f=original, _n=fn, **k: seen.append(_n) or _f(*a, **k))
     x = torch.randn(1, 40, 64)
     for kernel in KERNELS:
         layer.set_kernel(kernel)
@@ -194,9 +194,9 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
 def test_routing_is_installed_once():
     import fla.layers.gated_deltaproduct as module
 
-    fla_routing.install()
+    product_routing.install()
     dispatchers = module.chunk_gated_delta_product, module.fused_recurrent_gated_delta_rule
-    fla_routing.install()
+    product_routing.install()
     make()
     assert (module.chunk_gated_delta_product, module.fused_recurrent_gated_delta_rule) == dispatchers
 

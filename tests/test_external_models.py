@@ -126,7 +126,7 @@ _AFTER_MIXBENCHS_KERNELS = """
 import sys
 import torch
 import fla.models  # re-registers 'mamba' with the Auto classes
-from mixers.mamba.mamba_routing import install
+from mixers.mamba.routing import install
 install()  # mamba-ssm importable without its CUDA extension
 from transformers import AutoConfig
 from harness.hf.external import load_external

@@ -123,11 +123,11 @@ def _kernel_sites(name: str) -> list[tuple[object, str]]:
 
         return [(NoMixing if name == "none" else PrefixMean, "forward")]
     if name == "protot":
-        from mixers.protot import kernels
+        from mixers.protot import layer as protot_layer
 
-        return [(kernels.KERNELS, "recurrent")]
+        return [(protot_layer.KERNELS, "recurrent")]
     if name in ("mamba", "mamba2"):
-        from mixers.mamba import mamba_routing
+        from mixers.mamba import routing as mamba_routing
 
         mamba_routing.install()
         from mamba_ssm.modules import ssd_minimal
@@ -136,9 +136,9 @@ def _kernel_sites(name: str) -> list[tuple[object, str]]:
         return [(selective_scan_interface, "selective_scan_ref") if name == "mamba" else
                 (ssd_minimal, "ssd_minimal_discrete")]
     if name in ("deltanet", "gated-deltanet"):
-        from mixers.deltanet import fla_routing
+        from mixers.deltanet import routing as deltanet_routing
 
-        fla_routing.install()
+        deltanet_routing.install()
         import fla.ops.delta_rule.naive as delta_naive
         import fla.ops.gated_delta_rule.naive as gated_naive
 
@@ -153,14 +153,14 @@ def _kernel_sites(name: str) -> list[tuple[object, str]]:
 
         return [(gla_naive, "naive_recurrent_gla") if name == "gla" else (simple_naive, "naive_recurrent_simple_gla")]
     if name == "rwkv7":
-        from mixers.rwkv7 import fla_routing as rwkv7_routing
+        from mixers.rwkv7 import routing as rwkv7_routing
 
         rwkv7_routing.install()
         import fla.ops.generalized_delta_rule.dplr.naive as dplr_naive
 
         return [(dplr_naive, "dplr_recurrence")]
     if name == "gated-deltaproduct":
-        from mixers.deltaproduct import fla_routing as product_routing
+        from mixers.deltaproduct import routing as product_routing
 
         product_routing.install()
         import fla.ops.gated_delta_product.naive as product_naive

@@ -17,9 +17,9 @@ from harness.model.conformance import run_checks
 from harness.errors import ConfigError
 from harness.registry import MIXERS
 from harness.values import build_config
-from mixers.mamba import mamba_routing
+from mixers.mamba import routing as mamba_routing
 from mixers.mamba.layer import Mamba2Config, Mamba2Mixer, MambaConfig
-from mixers.mamba.selective_scan import selective_scan_cpu
+from mixers.mamba.kernel import selective_scan_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -161,7 +161,7 @@ def test_routing_never_shadows_a_compiled_extension():
         "import sys, types, torch\n"
         "ext = types.ModuleType('selective_scan_cuda')\n"
         "sys.modules['selective_scan_cuda'] = ext\n"
-        "from mixers.mamba import mamba_routing\n"
+        "from mixers.mamba import routing as mamba_routing\n"
         "routing = mamba_routing.install()\n"
         "assert sys.modules['selective_scan_cuda'] is ext, 'the stand-in replaced the extension'\n"
         "assert routing.selective_scan_cuda\n"
@@ -237,8 +237,8 @@ def test_negative_eigenvalue_scans_equal_a_naive_loop():
     """The compiled scan (kernel fused), the PyTorch scan (cpu-scan) and the step-by-step reference, with
     allow_neg_eigval's transition, against scalar arithmetic from a non-zero state; gradients of the fast scans
     against autograd through the reference. Step sizes ~1 and |A| up to 5 put transitions below zero."""
-    from mixers.mamba import fused_cpu
-    from mixers.mamba.selective_scan import selective_scan_loop, transition
+    from mixers.mamba import fused
+    from mixers.mamba.kernel import selective_scan_loop, transition
 
     x = scan_inputs(batch=2, dim=4, n=3, length=24)
     h0 = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(2)).requires_grad_(True)
@@ -259,7 +259,7 @@ def test_negative_eigenvalue_scans_equal_a_naive_loop():
                                            delta_softplus=True, return_last_state=True, neg=True)
         else:
             tm = lambda t: t.permute(2, 0, 1).contiguous()  # noqa: E731  time-major
-            out, last = fused_cpu.scan(tm(x["u"]), tm(x["delta"]), x["delta_bias"], x["A"], tm(x["B"]), tm(x["C"]),
+            out, last = fused.scan(tm(x["u"]), tm(x["delta"]), x["delta_bias"], x["A"], tm(x["B"]), tm(x["C"]),
                                        x["D"], tm(x["z"]), h0, with_state=True, neg=True)
             out = out.permute(1, 2, 0)
         (out.sin().sum() + last.square().sum()).backward()

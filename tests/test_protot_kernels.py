@@ -14,14 +14,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.mixer import KernelBenchmark
 from mixers.common import parity
-from mixers.protot import chunked as chunked_module
-from mixers.protot import chunked_c
+from mixers.protot import kernel as protot_kernel
+from mixers.protot import kernel_c
 from mixers.protot import layer as protot_layer
 from mixers.protot.layer import ProtoT, ProtoTConfig
-from mixers.protot.chunked import exp_budget, is_gentle, prefix_mean_chunked
+from mixers.protot.kernel import exp_budget, is_gentle, prefix_mean_chunked
 from mixers.common.ops.gla import gla_recurrent
-from mixers.protot.gla import decayed_cumsum, gla_inputs, prefix_mean_gla
-from mixers.protot.kernels import chunked_flops, prefix_mean_recurrent
+from mixers.protot.routing import decayed_cumsum, gla_inputs, prefix_mean_gla
+from mixers.protot.reference import chunked_flops, prefix_mean_recurrent
 
 FLOOR = 1e-6
 BETAS = {
@@ -69,9 +69,9 @@ def assert_matches_reference(kernel, inputs, decay_grad_tol: float = 1e-4, **kwa
 @pytest.fixture(params=["compiled", "pytorch"])
 def chunked(request):
     """The chunked kernel both ways it runs its recurrences in fp32 on a CPU: compiled C loops
-    (mixers/protot/chunked_c.py) and, where no compiler is found, PyTorch."""
-    if request.param == "compiled" and not chunked_c.usable(torch.zeros(1)):
-        pytest.skip(f"the compiled recurrences do not build here: {chunked_c.unavailable_reason()}")
+    (mixers/protot/kernel_c.py) and, where no compiler is found, PyTorch."""
+    if request.param == "compiled" and not kernel_c.usable(torch.zeros(1)):
+        pytest.skip(f"the compiled recurrences do not build here: {kernel_c.unavailable_reason()}")
     return functools.partial(prefix_mean_chunked, compiled=request.param == "compiled")
 
 
@@ -110,9 +110,9 @@ def test_without_a_compiler_the_pytorch_recurrences_take_over(without_a_compiler
     recurrences in PyTorch, and equals the definition."""
     code = (
         "import torch\n"
-        "from mixers.protot import chunked_c\n"
+        "from mixers.protot import kernel_c\n"
         "from mixers.protot.layer import ProtoT, ProtoTConfig\n"
-        "assert not chunked_c.usable(torch.zeros(1)), 'built without a compiler?'\n"
+        "assert not kernel_c.usable(torch.zeros(1)), 'built without a compiler?'\n"
         "layer = ProtoT(ProtoTConfig(n_prototypes=8), 32, layer_idx=2, n_layers=4)\n"
         "x = torch.randn(2, 70, 32, requires_grad=True)\n"
         "outs = []\n"
@@ -121,7 +121,7 @@ def test_without_a_compiler_the_pytorch_recurrences_take_over(without_a_compiler
         "    y = layer(x)[0]; y.square().sum().backward(); outs.append((y.detach(), x.grad.clone()))\n"
         "for a, b in zip(*outs):\n"
         "    assert ((a - b).abs().max() / b.abs().max()).item() < 1e-5\n"
-        "print(chunked_c.unavailable_reason())\n"
+        "print(kernel_c.unavailable_reason())\n"
     )
     assert "no C compiler" in without_a_compiler(code).stdout
 
@@ -255,14 +255,14 @@ def test_every_power_of_beta_stays_within_the_budget(monkeypatch, chunked):
     exponent), for decays from 1e-9 to 1 - 1e-6: nothing is ever divided by a power that can underflow."""
     R = 4
     largest = []
-    real = chunked_module._powers
+    real = protot_kernel._powers
 
     def recording(exponents, log_beta):
         table = real(exponents, log_beta)
         largest.append(table.max().item())
         return table
 
-    monkeypatch.setattr(chunked_module, "_powers", recording)
+    monkeypatch.setattr(protot_kernel, "_powers", recording)
     for betas in BETAS.values():
         assert_matches_reference(chunked, make_inputs(1, 200, R, 3, betas))
     assert largest and max(largest) <= torch.exp(torch.tensor(exp_budget(torch.float32, FLOOR, 2, R))).item()

@@ -13,7 +13,7 @@ from harness.model.conformance import run_checks
 from harness.registry import MIXERS
 from harness.values import build_config
 from mixers.common import routing
-from mixers.rwkv7 import dplr, fla_routing
+from mixers.rwkv7 import kernel as rwkv7_kernel, routing as rwkv7_routing
 from mixers.rwkv7.layer import W_SCALE, RWKV7Config, RWKV7Mixer
 
 
@@ -119,13 +119,13 @@ def test_a_prefix_equals_the_longer_call_to_the_bit(kernel):
 # ---------------------------------------------------------------------------------------------- the kernel
 
 
-@pytest.mark.parametrize("chunk_size", [8, 16, dplr.CHUNK])
+@pytest.mark.parametrize("chunk_size", [8, 16, rwkv7_kernel.CHUNK])
 def test_chunk_dplr_equals_naive_recurrence_with_states(chunk_size):
     """Op level, with a state in and out: outputs, final state and the gradients of every input (the state
     included), K != V, a length no chunk divides."""
     q, k, v, a, b, w, S0 = inputs = op_inputs()
     want = naive_op(q, k, v, a, b, w, 0.7, initial_state=S0, output_final_state=True)
-    got = dplr.chunk_dplr(q, k, v, a, b, w, scale=0.7, initial_state=S0, output_final_state=True,
+    got = rwkv7_kernel.chunk_dplr(q, k, v, a, b, w, scale=0.7, initial_state=S0, output_final_state=True,
                           chunk_size=chunk_size)
     for g, ref in zip(got, want):
         assert rel(g, ref) <= 1e-5
@@ -136,13 +136,13 @@ def test_chunk_dplr_equals_naive_recurrence_with_states(chunk_size):
 def test_chunk_dplr_prefixes_are_exact_and_one_token_is_the_reference():
     """K = 16: the naive op's query scaling by sqrt(K) then 1 / sqrt(K) is exact (as at RWKV-7's 64)."""
     q, k, v, a, b, w, S0 = (t.detach() for t in op_inputs(T=75, K=16))
-    full, _ = dplr.chunk_dplr(q, k, v, a, b, w, scale=1.0, initial_state=S0)
+    full, _ = rwkv7_kernel.chunk_dplr(q, k, v, a, b, w, scale=1.0, initial_state=S0)
     for cut in (1, 2, 31, 32, 33, 34, 65):
-        o, _ = dplr.chunk_dplr(*(t[:, :cut] for t in (q, k, v, a, b, w)), scale=1.0, initial_state=S0)
+        o, _ = rwkv7_kernel.chunk_dplr(*(t[:, :cut] for t in (q, k, v, a, b, w)), scale=1.0, initial_state=S0)
         assert torch.equal(o, full[:, :cut]), cut
     first = [t[:, :1] for t in (q, k, v, a, b, w)]
     for state in (None, S0):
-        one = dplr.chunk_dplr(*first, scale=1.0, initial_state=state, output_final_state=True)
+        one = rwkv7_kernel.chunk_dplr(*first, scale=1.0, initial_state=state, output_final_state=True)
         ref = naive_op(*first, 1.0, initial_state=state, output_final_state=True)
         assert torch.equal(one[0], ref[0]) and torch.equal(one[1], ref[1])
 
@@ -152,19 +152,19 @@ def test_step_by_step_equals_the_recurrence():
     want, S_want = naive_op(q, k, v, a, b, w, 1.0, initial_state=S0, output_final_state=True)
     S, outs = S0, []
     for t in range(12):
-        o_t, S = dplr.chunk_dplr(*(x[:, t:t + 1] for x in (q, k, v, a, b, w)), scale=1.0, initial_state=S,
+        o_t, S = rwkv7_kernel.chunk_dplr(*(x[:, t:t + 1] for x in (q, k, v, a, b, w)), scale=1.0, initial_state=S,
                                  output_final_state=True)
         outs.append(o_t)
     assert rel(torch.cat(outs, 1), want) <= 1e-5 and rel(S, S_want) <= 1e-5
-    o_loop, S_loop = dplr.dplr_step(q, k, v, a, b, w, scale=1.0, initial_state=S0)
+    o_loop, S_loop = rwkv7_kernel.dplr_step(q, k, v, a, b, w, scale=1.0, initial_state=S0)
     assert rel(o_loop, want) <= 1e-5 and rel(S_loop, S_want) <= 1e-5
 
 
 def test_steep_decays_shorten_the_chunk_and_stay_exact():
     """Log-decays far below the layer's bound: the chunk is shortened so no factored decay overflows."""
     q, k, v, a, b, w, S0 = inputs = op_inputs(T=40, steep=True)
-    assert dplr.chunk_for(w, None, 32) == 4 and dplr.chunk_for(w, -W_SCALE, 32) == 32
-    got = dplr.chunk_dplr(q, k, v, a, b, w, scale=1.0, initial_state=S0, output_final_state=True)
+    assert rwkv7_kernel.chunk_for(w, None, 32) == 4 and rwkv7_kernel.chunk_for(w, -W_SCALE, 32) == 32
+    got = rwkv7_kernel.chunk_dplr(q, k, v, a, b, w, scale=1.0, initial_state=S0, output_final_state=True)
     want = naive_op(q, k, v, a, b, w, 1.0, initial_state=S0, output_final_state=True)
     for g, ref in zip(got, want):
         assert torch.isfinite(g).all() and rel(g, ref) <= 1e-5
@@ -174,7 +174,7 @@ def test_steep_decays_shorten_the_chunk_and_stay_exact():
 
 def test_bf16_inputs_compute_in_fp32():
     q, k, v, a, b, w, S0 = (t.detach() for t in op_inputs(T=20))
-    o, S = dplr.chunk_dplr(*(t.bfloat16() for t in (q, k, v, a, b, w)), scale=1.0, initial_state=S0,
+    o, S = rwkv7_kernel.chunk_dplr(*(t.bfloat16() for t in (q, k, v, a, b, w)), scale=1.0, initial_state=S0,
                            output_final_state=True)
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
     ref, _ = naive_op(*(t.bfloat16().float() for t in (q, k, v, a, b, w)), 1.0, initial_state=S0)
@@ -191,9 +191,9 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
     import fla.ops.generalized_delta_rule.dplr.naive as naive
 
     seen = []
-    original_naive, original_chunk = naive.dplr_recurrence, dplr.chunk_dplr
+    original_naive, original_chunk = naive.dplr_recurrence, rwkv7_kernel.chunk_dplr
     monkeypatch.setattr(naive, "dplr_recurrence", lambda *a, **k: seen.append("naive") or original_naive(*a, **k))
-    monkeypatch.setattr(dplr, "chunk_dplr", lambda *a, **k: seen.append("chunk") or original_chunk(*a, **k))
+    monkeypatch.setattr(rwkv7_kernel, "chunk_dplr", lambda *a, **k: seen.append("chunk") or original_chunk(*a, **k))
     x = torch.randn(1, 20, 64)
     for kernel in ("recurrent", "chunk"):
         layer.set_kernel(kernel)
@@ -208,11 +208,11 @@ def test_kernels_per_device_and_routing_follows_set_kernel(monkeypatch):
 def test_routing_is_installed_once_and_refuses_what_it_cannot_do():
     import fla.layers.rwkv7 as rwkv7
 
-    fla_routing.install()
+    rwkv7_routing.install()
     names = ("token_shift", "fused_addcmul_rwkv7", "fused_k_rwkv7", "gate_output_correction", "l2_norm",
              "chunk_rwkv7", "fused_mul_recurrent_rwkv7")
     before = [getattr(rwkv7, n) for n in names]
-    fla_routing.install()
+    rwkv7_routing.install()
     assert [getattr(rwkv7, n) for n in names] == before
     assert all(hasattr(f, "__wrapped__") for f in before)  # every one is a dispatcher around fla's kernel
     q, k, v, a, b, w, _ = (t.detach() for t in op_inputs(T=4))
@@ -228,10 +228,10 @@ def test_routing_is_installed_once_and_refuses_what_it_cannot_do():
 def test_token_shift_keeps_the_last_token():
     x = torch.randn(2, 5, 8)
     cache = torch.randn(2, 8)
-    delta, last = fla_routing.token_shift(x, cache=cache, output_cache=True)
+    delta, last = rwkv7_routing.token_shift(x, cache=cache, output_cache=True)
     assert torch.equal(last, x[:, -1])
     assert torch.equal(delta[:, 0], cache - x[:, 0]) and torch.equal(delta[:, 1:], x[:, :-1] - x[:, 1:])
-    assert torch.equal(fla_routing.token_shift(x), torch.cat([torch.zeros(2, 1, 8), x[:, :-1]], 1) - x)
+    assert torch.equal(rwkv7_routing.token_shift(x), torch.cat([torch.zeros(2, 1, 8), x[:, :-1]], 1) - x)
 
 
 # ---------------------------------------------------------------------------------------------- state, init, cost

@@ -3,7 +3,7 @@
 transformers binds some model functions (Mamba's selective scan, gated delta rules) to a third-party package's
 kernel when that package imports, once, when the modeling module is imported; the kernels need CUDA or Triton.
 On a CPU they fail, and whether they are bound depends on what the process imported first: mixbench's Mamba mixer
-makes mamba-ssm importable without its CUDA extension (``mixers/mamba/mamba_routing.py``), and fla imports without
+makes mamba-ssm importable without its CUDA extension (``mixers/mamba/routing.py``), and fla imports without
 Triton. :func:`reference_functions` finds those bindings in the modules a model's layers come from, and
 :func:`using` puts transformers' reference function (the one the binding wraps) in their place for the length of a
 call, then puts the binding back, so a model on a GPU in the same process keeps its kernels (docs/huggingface.md).

@@ -14,7 +14,7 @@ names call :func:`model_identity` / :func:`run_identity` here and nowhere else: 
 suite's code re-runs exactly the runs that depend on it.
 
 **Source fingerprints.** A plugin's fingerprint is the SHA-256 of the source of its module and of every module
-it imports, transitively, from its own top-level package (``mixers.protot.layer`` brings ``mixers.protot.kernels``),
+it imports, transitively, from its own top-level package (``mixers.protot.layer`` brings ``mixers.protot.reference``),
 plus the core modules in :data:`NUMERIC_CORE` it reaches: the ones whose code computes numbers. Other core
 modules (the store, the board, the CLI) can change without recomputing anything.
 """

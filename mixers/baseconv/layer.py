@@ -14,7 +14,7 @@ length; taps past the input are unused, and lags past ``filter_len`` read nothin
 any length runs (``length_extrapolation``).
 
 Kernels of the long convolution: ``direct`` (the reference: a causal Toeplitz product, mixers/baseconv/reference.py)
-and ``fft`` (the default, mixers/baseconv/fft.py). The decode state is the input history the filters read: the last
+and ``fft`` (the default, mixers/baseconv/kernel.py). The decode state is the input history the filters read: the last
 ``short_conv - 1`` inputs of the short convolution and the last ``filter_len - 1`` of the long one, so it grows with
 the context up to the filter's length (docs/state_contract.md, "Growth with T"); ``step`` reads it directly.
 """
@@ -31,9 +31,9 @@ from torch import nn
 from harness.mixer import FlopCount, Mixer
 from harness.registry import register_mixer
 from harness.values import option
-from mixers.baseconv import fft, reference
+from mixers.baseconv import kernel, reference
 
-KERNELS = {"direct": reference.causal_long_conv, "fft": fft.causal_long_conv}
+KERNELS = {"direct": reference.causal_long_conv, "fft": kernel.causal_long_conv}
 
 
 @dataclass(frozen=True)

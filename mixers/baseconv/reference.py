@@ -1,7 +1,7 @@
 """The long causal convolution by its definition: ``z_t = sum_{j < min(t + 1, L)} h_j s_{t - j}`` per channel.
 
 One product of a causal Toeplitz matrix with the inputs (the rows of the new positions only, so a continuation of
-one token reads exactly its causal taps, which docs/flops.md counts). Every other kernel (:mod:`mixers.baseconv.fft`)
+one token reads exactly its causal taps, which docs/flops.md counts). Every other kernel (:mod:`mixers.baseconv.kernel`)
 is checked against it by the conformance gate, and it against a plain loop (tests/test_baseconv.py).
 """
 

@@ -1,7 +1,7 @@
 """DeltaNet (``deltanet``) and Gated DeltaNet (``gated-deltanet``) from flash-linear-attention's own layers.
 
 Each mixer holds one ``fla.layers.DeltaNet`` / ``fla.layers.GatedDeltaNet`` at the backbone width; fla is
-imported by the first constructor (through :mod:`mixers.deltanet.fla_routing`, which routes its kernels), so listing
+imported by the first constructor (through :mod:`mixers.deltanet.routing`, which routes its kernels), so listing
 mixers stays fast. Parameter names and shapes are the fla layer's on every device.
 
 Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
@@ -10,13 +10,13 @@ Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one on
 * ``naive-chunk`` — fla's naive chunkwise ops, the same maths (the CPU default until mixbench had its own).
   DeltaNet's chunkwise op takes no state, so calls with a state in or out (prefill, decode) run the recurrence;
   so do single-token calls of either mixer;
-* ``chunk`` — :mod:`mixers.deltanet.delta_rule`, mixbench's chunked WY/UT kernel in PyTorch (the default off CUDA):
+* ``chunk`` — :mod:`mixers.deltanet.kernel`, mixbench's chunked WY/UT kernel in PyTorch (the default off CUDA):
   batched products over all chunks, a state carried in and out (so prefill and continuation use it too); one-token
   calls (decode) run the recurrence;
 * ``triton`` — fla's Triton kernels, run under bf16 autocast because its chunk delta-rule kernel rejects fp32.
 
 The shell of every fla mixer (:class:`mixers.common.fla_layer.FlaLayerMixer`) does the calls, the state, the
-initialisation and the units; kernel ``chunk`` alone bypasses the layer (:mod:`mixers.deltanet.fused_cpu`, the
+initialisation and the units; kernel ``chunk`` alone bypasses the layer (:mod:`mixers.deltanet.fused`, the
 same maths in fewer operations). State (fla's cache entries for the layer): ``recurrent_state`` [B, H, K, V]
 (Gated DeltaNet stores it [B, H, V, K]) plus, with short convolutions, ``conv_state``, the last ``conv_size``
 inputs of the q, k and v convolutions: O(1) in the length. Initialisation is fla's model recipe (N(0, 0.02) for
@@ -40,7 +40,7 @@ from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import FlaLayerMixer
-from mixers.deltanet import delta_rule, fla_routing, fused_cpu
+from mixers.deltanet import fused, kernel, routing
 
 
 @dataclass(frozen=True)
@@ -107,14 +107,14 @@ class _DeltaBase(FlaLayerMixer):
     cuda_dtype = torch.bfloat16  # fla's chunk delta-rule kernel asserts non-fp32 inputs
 
     def install_routes(self) -> None:
-        fla_routing.install()
+        routing.install()
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        return (delta_rule.CHUNK, fla_routing.CHUNK)
+        return (kernel.CHUNK, routing.CHUNK)
 
     def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
         """Forward + backward of the chunked delta rule (kernel ``chunk``) at this layer's head sizes, on
-        l2-normalised keys, with 3x the forward pass's FLOPs (:func:`mixers.deltanet.delta_rule.chunked_flops`)."""
+        l2-normalised keys, with 3x the forward pass's FLOPs (:func:`mixers.deltanet.kernel.chunked_flops`)."""
         if self.kernel != "chunk":
             return None
         H, K, V = self.layer.num_heads, self.layer.head_k_dim, self.layer.head_v_dim
@@ -130,10 +130,10 @@ class _DeltaBase(FlaLayerMixer):
         grad = torch.randn(batch, seq_len, H, V, generator=gen).to(device)
 
         def run() -> None:
-            o, _ = delta_rule.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)
+            o, _ = kernel.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)
             o.backward(grad)
 
-        flops = 3 * delta_rule.chunked_flops(batch, seq_len, H, K, V)
+        flops = 3 * kernel.chunked_flops(batch, seq_len, H, K, V)
         return KernelBenchmark(run, flops, "chunked delta rule, forward + backward")
 
     #: per-head scalar projections (beta, and Gated DeltaNet's decay), and whether the state decays at each step
@@ -159,11 +159,11 @@ class _DeltaBase(FlaLayerMixer):
         return FlopCount.training(products + recurrence)
 
     def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None):
-        """Kernel ``chunk``: :func:`mixers.deltanet.fused_cpu.forward`; the others: the layer through the shell.
+        """Kernel ``chunk``: :func:`mixers.deltanet.fused.forward`; the others: the layer through the shell.
         After a call with a state the recorder gets the recurrent state's norm per head."""
         if self.kernel == "chunk":
-            recurrent, conv = fused_cpu.state_tuple(state)
-            y, final, new_conv = fused_cpu.forward(self.layer, x, recurrent, conv, with_state=state is not None)
+            recurrent, conv = fused.state_tuple(state)
+            y, final, new_conv = fused.forward(self.layer, x, recurrent, conv, with_state=state is not None)
             new_state = None
             if state is not None:
                 entries = {"recurrent_state": final, **({"conv_state": new_conv} if new_conv is not None else {})}

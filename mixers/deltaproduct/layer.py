@@ -6,13 +6,13 @@ key, value and strength, so each token's state transition is a product of ``n`` 
 rank up to ``n``, which lets a linear RNN track states a single step cannot.
 
 The mixer is one ``fla.layers.GatedDeltaProduct`` at the backbone width (:class:`FlaLayerMixer` does the calls,
-the state and the initialisation); its sequence ops are routed per call by :mod:`mixers.deltaproduct.fla_routing`.
+the state and the initialisation); its sequence ops are routed per call by :mod:`mixers.deltaproduct.routing`.
 Kernels:
 
 * ``recurrent`` — the reference: fla's ``naive_recurrent_gated_delta_product``, step by step;
 * ``chunk`` — the default off CUDA: mixbench's chunked WY/UT delta rule
-  (:func:`mixers.deltanet.delta_rule.chunk_delta_rule`) over the interleaved ``n T`` steps
-  (:mod:`mixers.deltaproduct.product_rule`); decode steps take the recurrence;
+  (:func:`mixers.deltanet.kernel.chunk_delta_rule`) over the interleaved ``n T`` steps
+  (:mod:`mixers.deltaproduct.kernel`); decode steps take the recurrence;
 * ``triton`` — fla's Triton kernels, under bf16 autocast (its chunk kernel rejects fp32).
 
 Config decisions (fla's defaults, which are the paper's): ``num_householder = 2`` (the smallest product that
@@ -40,7 +40,7 @@ from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import FlaLayerMixer
 from mixers.deltanet.layer import decay_units, gated_head_dim
-from mixers.deltaproduct import fla_routing, product_rule
+from mixers.deltaproduct import kernel, routing
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,11 @@ class GatedDeltaProductMixer(FlaLayerMixer):
         self.finish_init()
 
     def install_routes(self) -> None:
-        fla_routing.install()
+        routing.install()
 
     def chunk_lengths(self) -> tuple[int, ...]:
         """Tokens per chunk of kernel ``chunk`` (whole tokens of the interleaved steps)."""
-        return (product_rule.tokens_per_chunk(self.cfg.num_householder),)
+        return (kernel.tokens_per_chunk(self.cfg.num_householder),)
 
     # ------------------------------------------------------------------ state
     @property

@@ -1,15 +1,15 @@
 """Mamba-1 (``mamba``, the ProtoT paper's baseline) and Mamba-2 (``mamba2``) from mamba-ssm's own modules.
 
 Each mixer holds one ``mamba_ssm.Mamba`` / ``mamba_ssm.Mamba2`` at the backbone width; the package is imported by
-the first constructor (through :mod:`mixers.mamba.mamba_routing`, which makes it importable and routes its kernels),
+the first constructor (through :mod:`mixers.mamba.routing`, which makes it importable and routes its kernels),
 so listing mixers stays fast. Parameter names and shapes are the package module's on every device.
 
 Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
 
 * ``mamba``: ``reference`` (``selective_scan_ref``, the package's definition), ``cpu-scan``
-  (:mod:`mixers.mamba.selective_scan`, the same maths step by step in PyTorch, in the package's layer), ``fused``
-  (:mod:`mixers.mamba.fused_cpu`: the layer's forward written time-major, its conv and scan each one compiled loop
-  from :mod:`mixers.mamba.selective_scan_c`; the default on CPU, and on a GPU whose mamba-ssm was built without its
+  (:mod:`mixers.mamba.kernel`, the same maths step by step in PyTorch, in the package's layer), ``fused``
+  (:mod:`mixers.mamba.fused`: the layer's forward written time-major, its conv and scan each one compiled loop
+  from :mod:`mixers.mamba.kernel_c`; the default on CPU, and on a GPU whose mamba-ssm was built without its
   CUDA extension) and ``cuda`` (the compiled scan, and the fused ``mamba_inner_fn`` when causal-conv1d is installed).
 * ``mamba2``: ``reference`` (the package's pure-torch SSD, ``ssd_minimal_discrete``), ``chunk``
   (:mod:`mixers.mamba.ssd`: the same SSD chunked with a state loop, linear in the length; the default on CPU) and
@@ -43,10 +43,10 @@ from harness.mixer import FlopCount, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers.mamba import mamba_routing, fused_cpu
-from mixers.common import routing
+from mixers.mamba import fused, routing
+from mixers.common.routing import selected
 from mixers.common.routed_mixer import RoutedMixer
-from mixers.mamba.selective_scan import CHECKPOINT, selective_scan_cpu, selective_scan_loop, transition
+from mixers.mamba.kernel import CHECKPOINT, selective_scan_cpu, selective_scan_loop, transition
 
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
 
@@ -89,7 +89,7 @@ class _MambaBase(RoutedMixer):
 
     def __init__(self, cfg: Any, d_model: int, layer_idx: int, n_layers: int):
         super().__init__(cfg, d_model, layer_idx, n_layers)
-        self.routing = mamba_routing.install()
+        self.routing = routing.install()
 
     def _finish_init(self, n_layers: int) -> None:
         # out_proj: initialised by the backbone (output_projection), which also gives MambaLMHeadModel's GPT-2
@@ -118,7 +118,7 @@ class _MambaBase(RoutedMixer):
 
     def forward(self, x: torch.Tensor, state: dict[str, torch.Tensor] | None = None):
         self._check_device(x)
-        with routing.selected(self.kernel):
+        with selected(self.kernel):
             if state is None:
                 if self._own_forward():
                     return self._continue(x, None)[0], None
@@ -137,7 +137,7 @@ class _MambaBase(RoutedMixer):
         conv, ssm = state["conv"].clone(), state["ssm"].clone()  # the package updates them in place
         if self._neg:
             return self._step_neg(x_t, conv, ssm)
-        with routing.selected(self.kernel):
+        with selected(self.kernel):
             y, conv, ssm = self.mamba.step(x_t.unsqueeze(1), conv, ssm)
         state = {"conv": conv, "ssm": ssm}
         self._record(state)
@@ -181,7 +181,7 @@ class MambaMixer(_MambaBase):
         return self.routing.selective_scan_cuda
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        from mixers.mamba.selective_scan_c import SEGMENT
+        from mixers.mamba.kernel_c import SEGMENT
 
         return (SEGMENT, CHECKPOINT)  # the compiled and the PyTorch scan's checkpoint segments
 
@@ -220,7 +220,7 @@ class MambaMixer(_MambaBase):
         neg = self._neg
         if self.kernel == "fused":
             conv, ssm = (None, None) if state is None else (state["conv"], state["ssm"])
-            y, conv, ssm = fused_cpu.forward(self.mamba, x, conv, ssm, with_state=state is not None, neg=neg)
+            y, conv, ssm = fused.forward(self.mamba, x, conv, ssm, with_state=state is not None, neg=neg)
             if state is None:
                 return y, None
             return y, {"conv": conv.to(state["conv"].dtype), "ssm": ssm.to(state["ssm"].dtype)}
@@ -312,7 +312,7 @@ class Mamba2Mixer(_MambaBase):
     def chunk_lengths(self) -> tuple[int, ...]:
         from mixers.mamba.ssd import CHUNK
 
-        return (CHUNK, mamba_routing.CPU_SSD_BLOCK)
+        return (CHUNK, routing.CPU_SSD_BLOCK)
 
     def _choose_fused_path(self) -> None:
         # mamba_split_conv1d_scan_combined (needs causal-conv1d) applies out_proj inside, past the unit-mask hook
@@ -344,7 +344,7 @@ class Mamba2Mixer(_MambaBase):
         m = self.mamba
         E, H, P, N, G, d = m.d_ssm, m.nheads, m.headdim, m.d_state, m.ngroups, self.d_model
         products = 2 * d * (2 * E + 2 * G * N + H) + 2 * (E + 2 * G * N) * m.d_conv + 2 * E * d
-        L = mamba_routing.CPU_SSD_BLOCK
+        L = routing.CPU_SSD_BLOCK
         chunks = -(-context // L)
         per_position = 2 * L * (N + P) + 4 * P * N + 3 * L + N + 2 * P + 4
         per_sequence = (chunks + 1) ** 2 * (2 * P * N + 2)

@@ -43,8 +43,8 @@ from harness.mixer import FlopCount, KernelBenchmark, Mixer, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers.protot.gla import triton_gla
-from mixers.protot.kernels import DEFAULT_CHUNK, KERNELS, kernel_benchmark
+from mixers.protot.routing import triton_gla
+from mixers.protot.reference import DEFAULT_CHUNK, KERNELS, kernel_benchmark
 
 TAU_EPS = 2e-6
 """Added to |tau| before dividing the gate logits: the released layer's 1e-6, applied twice (docs/faithfulness.md)."""

@@ -10,10 +10,10 @@ with the decay ``w_t = -exp(-0.5) sigmoid(LoRA_w(x))`` per channel, ``kk`` the l
 interpolation of this token and the previous one. The output is group-normed per head, corrected by
 ``(r k r_k).sum v`` and gated by ``LoRA_g``. The mixer is one ``fla.layers.RWKV7Attention`` at the backbone width
 (:class:`FlaLayerMixer` does the calls and the state); its Triton calls are routed per call by
-:mod:`mixers.rwkv7.fla_routing`. Kernels:
+:mod:`mixers.rwkv7.routing`. Kernels:
 
 * ``recurrent`` — the reference: fla's naive DPLR recurrence (``dplr_recurrence``), token by token;
-* ``chunk`` — the default off CUDA: :mod:`mixers.rwkv7.dplr`, mixbench's chunked form of the same recurrence
+* ``chunk`` — the default off CUDA: :mod:`mixers.rwkv7.kernel`, mixbench's chunked form of the same recurrence
   (batched [C, C] products and one triangular solve per chunk, a short loop over chunks for the state, autograd's
   backward); every call's first token, and so a decode step, runs the recurrence in the reference's order;
 * ``triton`` — fla's Triton kernels, under bf16 autocast (fla's chunked DPLR kernel warns that fp32 is not
@@ -69,7 +69,7 @@ from harness.mixer import FlopCount, KernelBenchmark
 from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import INIT_STD, FlaLayerMixer
-from mixers.rwkv7 import dplr, fla_routing
+from mixers.rwkv7 import kernel, routing
 
 #: RWKV-7's head size
 HEAD_DIM = 64
@@ -126,7 +126,7 @@ class RWKV7Mixer(FlaLayerMixer):
         self.finish_init()
 
     def install_routes(self) -> None:
-        fla_routing.install()
+        routing.install()
 
     def forward(self, x: torch.Tensor, state: dict[str, Any] | None = None):
         T = x.shape[1]
@@ -139,11 +139,11 @@ class RWKV7Mixer(FlaLayerMixer):
     def chunk_lengths(self) -> tuple[int, ...]:
         """Kernel ``chunk``'s chunks (they start after each call's first token: the gate's lengths C + 1 and
         2 C + 1 end exactly on their boundaries, C and 2 C straddle them)."""
-        return (dplr.CHUNK,)
+        return (kernel.CHUNK,)
 
     def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
         """Forward + backward of the chunked DPLR recurrence (kernel ``chunk``) at this layer's head sizes, on
-        inputs shaped as the layer makes them, with 3x the forward pass's FLOPs (:func:`dplr.chunked_flops`)."""
+        inputs shaped as the layer makes them, with 3x the forward pass's FLOPs (:func:`kernel.chunked_flops`)."""
         if self.kernel != "chunk":
             return None
         H, K, V = self.layer.num_heads, self.layer.head_dim, self.layer.head_v_dim
@@ -161,10 +161,10 @@ class RWKV7Mixer(FlaLayerMixer):
         grad = torch.randn(batch, seq_len, H, V, generator=gen).to(device)
 
         def run() -> None:
-            o, _ = dplr.chunk_dplr(q, k, v, a, b, w, scale=1.0, lower_bound=-W_SCALE)
+            o, _ = kernel.chunk_dplr(q, k, v, a, b, w, scale=1.0, lower_bound=-W_SCALE)
             o.backward(grad)
 
-        flops = 3 * dplr.chunked_flops(batch, seq_len, H, K, V)
+        flops = 3 * kernel.chunked_flops(batch, seq_len, H, K, V)
         return KernelBenchmark(run, flops, "chunked DPLR recurrence, forward + backward")
 
     # ------------------------------------------------------------------ initialisation

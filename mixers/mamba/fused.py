@@ -4,10 +4,10 @@ The same maths and parameters as ``mamba_ssm.Mamba.forward`` (whose routed torch
 ``selective_scan_ref``, is the mixer's reference), laid out time-major ([T, batch, channels]) from the input
 projection to the output projection, the layout the scan works in (the package's path transposes between
 [batch, channels, T] and [batch, T, channels] five times per layer). Between the projections there are two
-autograd nodes, each one compiled loop forward and one backward (:mod:`mixers.mamba.selective_scan_c`):
+autograd nodes, each one compiled loop forward and one backward (:mod:`mixers.mamba.kernel_c`):
 :class:`mixers.common.short_conv.ConvSiLU` (the depthwise causal conv and its SiLU) and :class:`_Scan` (the step size's bias and
 softplus, the recurrence, the skip ``D`` and the ``silu(z)`` gate). Where no C compiler is available, the same
-maths runs in PyTorch (``F.conv1d`` and :mod:`mixers.mamba.selective_scan`'s recurrence, autograd around them).
+maths runs in PyTorch (``F.conv1d`` and :mod:`mixers.mamba.kernel`'s recurrence, autograd around them).
 A decode state in and out is the package's pair (the last ``d_conv`` conv inputs [batch, D, d_conv], the SSM
 state [batch, D, N]), so prefill, continuation and training all take this path; single-token decode keeps the
 package's own ``step``.
@@ -24,7 +24,7 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
             with_state: bool, neg: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``m`` (a ``mamba_ssm.Mamba``) on ``x`` [batch, T, d_model] from the given states (None: zeros). Returns the
     output and, when ``with_state``, the new conv and SSM states; ``neg``: the transition ``2 exp(dt A) - 1``
-    (:func:`mixers.mamba.selective_scan.transition`)."""
+    (:func:`mixers.mamba.kernel.transition`)."""
     xz = m.in_proj(x.transpose(0, 1)).float()  # [T, batch, 2 D], contiguous
     D = m.d_inner
     u, z = xz.split(D, dim=-1)  # split, not slicing: the backward is one cat, not two zero-filled copies
@@ -53,9 +53,9 @@ def _compiled(t: torch.Tensor) -> bool:
     """Whether the C loops run for ``t``: CPU tensors where the kernel could be built (else the PyTorch path, which
     also serves CUDA tensors)."""
     from mixers.common import short_conv
-    from mixers.mamba import selective_scan_c
+    from mixers.mamba import kernel_c
 
-    return t.device.type == "cpu" and selective_scan_c.available() and short_conv.available()
+    return t.device.type == "cpu" and kernel_c.available() and short_conv.available()
 
 
 def _torch_conv_silu(conv: nn.Conv1d, u: torch.Tensor, hist: torch.Tensor | None) -> torch.Tensor:
@@ -84,30 +84,30 @@ def scan(u, delta, delta_bias, A, B, C, D, z, h0=None, with_state=False, neg=Fal
 
 
 class _Scan(torch.autograd.Function):
-    """The compiled scan (:mod:`mixers.mamba.selective_scan_c`): one node, forward and backward in C."""
+    """The compiled scan (:mod:`mixers.mamba.kernel_c`): one node, forward and backward in C."""
 
     @staticmethod
     def forward(ctx, u, delta, delta_bias, A, B, C, D, z, h0, neg=False):
-        from mixers.mamba import selective_scan_c
+        from mixers.mamba import kernel_c
 
-        out, last, (checkpoints, y_skip) = selective_scan_c.forward(u, delta, delta_bias, A, B, C, D, z, h0, neg)
+        out, last, (checkpoints, y_skip) = kernel_c.forward(u, delta, delta_bias, A, B, C, D, z, h0, neg)
         ctx.save_for_backward(u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip)
         ctx.neg = neg
         return out, last
 
     @staticmethod
     def backward(ctx, d_out, d_last):
-        from mixers.mamba import selective_scan_c
+        from mixers.mamba import kernel_c
 
         u, delta, delta_bias, A, B, C, D, z, checkpoints, y_skip = ctx.saved_tensors
         g_last = d_last.contiguous() if d_last is not None else u.new_zeros(u.shape[1], A.shape[0], A.shape[1])
-        return (*selective_scan_c.backward(u, delta, delta_bias, A, B, C, D, z, (checkpoints, y_skip),
+        return (*kernel_c.backward(u, delta, delta_bias, A, B, C, D, z, (checkpoints, y_skip),
                                            d_out.contiguous(), g_last, ctx.neg), None)
 
 
 def _torch_scan(u, delta, delta_bias, A, B, C, D, z, h0, neg=False):
-    """Without a C compiler: :mod:`mixers.mamba.selective_scan`'s recurrence, the rest by autograd."""
-    from mixers.mamba.selective_scan import _Scan as TorchScan, transition
+    """Without a C compiler: :mod:`mixers.mamba.kernel`'s recurrence, the rest by autograd."""
+    from mixers.mamba.kernel import _Scan as TorchScan, transition
 
     dt = F.softplus(delta + delta_bias)
     y, last = TorchScan.apply(u, dt, A, B.unsqueeze(2), C.unsqueeze(2), neg)

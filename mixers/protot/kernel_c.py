@@ -1,6 +1,6 @@
 """The two recurrences of ProtoT's chunked CPU kernel as compiled C loops: the masses and the carried states.
 
-:mod:`mixers.protot.chunked` does the heavy work in batched matmuls; what is left are two scans that PyTorch can
+:mod:`mixers.protot.kernel` does the heavy work in batched matmuls; what is left are two scans that PyTorch can
 only run as one small operation per step (docs/protot_kernels.md, "Compiled recurrences"). The masses' pass also
 does the per-position work around the products that reads the same elements: forward, the factored tensors
 (``w`` and ``q`` times their decay tables); backward, the read and write gradients assembled from the products'
@@ -98,7 +98,7 @@ void masses_forward(int B, int T, int TP, int R, int C, const float *w, const fl
    path pq and pk are ones (its scores' gradients already include their decays). Then the masses' reverse pass,
    adding g_t to dw.
    All [B, TP, R] except the tables [C, R], d_mlast (NULL: zero), d_m0 and d_lb [B, R] (per sequence; the caller
-   sums). d_lb is the closed-form decay gradient of mixers/protot/chunked.py but for its chunk states' term, with
+   sums). d_lb is the closed-form decay gradient of mixers/protot/kernel.py but for its chunk states' term, with
    chunk-local positions s = t mod C: sum_t -(s + 1) w_t dw_t + [M_{t-1} < floor] s q_t dq_t, plus at each
    chunk's last position (chunk length) M_t g_t -- not sum_t g_t beta M_{t-1}, which equals the masses' share
    but cancels against the read weights' (the non-floored q dq terms), losing digits in fp32. dw may be

@@ -14,7 +14,7 @@ Those ``n T`` steps are exactly the gated delta rule over the interleaved sequen
 and 0 at the others, and the query ``q_t`` at ``j = n`` and 0 at the others (a zero query reads nothing): the
 outputs at every n-th step are the tokens' outputs. fla's own chunk kernel works that way (it interleaves the
 gate and reads every n-th output), and so does :func:`chunk_gated_delta_product`, with mixbench's chunked WY/UT
-delta rule (:func:`mixers.deltanet.delta_rule.chunk_delta_rule`) on the interleaved sequence. Its chunks hold
+delta rule (:func:`mixers.deltanet.kernel.chunk_delta_rule`) on the interleaved sequence. Its chunks hold
 whole tokens (:func:`chunk_steps`), so the token-level chunk boundaries the conformance gate straddles are
 :func:`tokens_per_chunk`. Layout is fla's: ``q`` [B, T, H, K], ``k`` [B, n T, H, K], ``v`` [B, n T, H, V],
 ``beta`` [B, n T, H], ``g`` [B, T, H] or None, states [B, H, K, V].
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import torch
 
-from mixers.deltanet import delta_rule
+from mixers.deltanet import kernel as delta_kernel
 
 
 def tokens_per_chunk(num_householder: int) -> int:
-    """Tokens per chunk of :func:`chunk_gated_delta_product`: about ``delta_rule.CHUNK`` interleaved steps (the
+    """Tokens per chunk of :func:`chunk_gated_delta_product`: about ``delta_kernel.CHUNK`` interleaved steps (the
     chunk length the delta rule was tuned at) in whole tokens (16 tokens at n = 2)."""
-    return max(1, round(delta_rule.CHUNK / num_householder))
+    return max(1, round(delta_kernel.CHUNK / num_householder))
 
 
 def chunk_steps(num_householder: int) -> int:
@@ -58,7 +58,7 @@ def chunk_gated_delta_product(q, k, v, g, beta, num_householder: int, *, scale: 
     ``o`` [B, T, H, V] in v's dtype and the final state [B, H, K, V] (fp32) or None; computes in fp32."""
     n = num_householder
     q_steps, g_steps = interleave(q, g, n)
-    o, final = delta_rule.chunk_delta_rule(q_steps, k, v, beta, g_steps, scale=scale, initial_state=initial_state,
+    o, final = delta_kernel.chunk_delta_rule(q_steps, k, v, beta, g_steps, scale=scale, initial_state=initial_state,
                                            output_final_state=output_final_state, chunk_size=chunk_steps(n))
     if n > 1:
         o = o.unflatten(1, (q.shape[1], n))[:, :, -1]

@@ -9,7 +9,7 @@ goes to the number of tensor passes and copies rather than to arithmetic (docs/c
   compiler is available, else ``F.conv1d``), instead of three of each;
 * q and k are l2-normalised per head as fla's kernels do in-kernel (``x / sqrt(|x|^2 + 1e-6)``), and the output
   norm is an RMSNorm per head: both one fused pass each way (:func:`harness.model.backbone_kernels.rms_norm`);
-* the delta rule is :func:`mixers.deltanet.delta_rule.chunk_delta_rule` in fla's own [B, T, H, K] layout, with a
+* the delta rule is :func:`mixers.deltanet.kernel.chunk_delta_rule` in fla's own [B, T, H, K] layout, with a
   state carried in and out, so training, prefill and decode all take this path;
 * the output norm is fla's RMSNorm or gated RMSNorm over each head, then ``o_proj`` (called as the module, so the
   mixer's unit-mask hook applies).
@@ -36,7 +36,7 @@ def forward(layer: nn.Module, x: torch.Tensor, recurrent: torch.Tensor | None, c
     """``layer`` (an fla DeltaNet or GatedDeltaNet) on ``x`` [B, T, D], continuing from ``recurrent`` (the layer's
     state layout: [B, H, K, V], GatedDeltaNet [B, H, V, K]) and ``conv`` (None: zeros). Returns the output and, when
     ``with_state``, the new recurrent and conv states."""
-    from mixers.deltanet.delta_rule import chunk_delta_rule
+    from mixers.deltanet.kernel import chunk_delta_rule
 
     gated = hasattr(layer, "A_log")
     B, T, _ = x.shape
@@ -79,7 +79,7 @@ def _l2norm(t: torch.Tensor) -> torch.Tensor:
 
 def _short_conv(layer: nn.Module, qkv: torch.Tensor, conv: tuple[torch.Tensor, ...] | None, with_state: bool):
     """The q, k and v ShortConvolutions (depthwise, causal, SiLU) as one convolution over their channels: the
-    compiled loop of :mod:`mixers.mamba.selective_scan_c` (one pass forward, one backward) where it is available."""
+    compiled loop of :mod:`mixers.mamba.kernel_c` (one pass forward, one backward) where it is available."""
     convs = (layer.q_conv1d, layer.k_conv1d, layer.v_conv1d)
     weight = torch.cat([c.weight for c in convs])  # [channels, 1, W]
     bias = torch.cat([c.bias for c in convs]) if convs[0].bias is not None else None

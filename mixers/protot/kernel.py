@@ -1,6 +1,6 @@
 """ProtoT's chunk-parallel prefix-mean kernel for CPUs: a few large batched matmuls and a written-out backward.
 
-It computes what ``protot_kernels.prefix_mean_recurrent`` defines (docs/protot_kernels.md): per channel k a
+It computes what :func:`mixers.protot.reference.prefix_mean_recurrent` defines (docs/protot_kernels.md): per channel k a
 decayed sum S of ``w v`` and a mass M of ``w``, read strictly before each write:
 ``o_t = sum_k rho_tk S_{t-1,k} / max(M_{t-1,k}, floor)``. Positions are cut into chunks of C (64); all chunks
 are processed at once:
@@ -26,7 +26,7 @@ lag-weighted sum over every (read, write) pair without forming the pairs (where 
 read weight's and the mass's dependence on the decay cancel, which is why only floored reads appear).
 
 On a CPU with a C compiler (float32), the two recurrences -- the masses, position by position, and the loop over
-chunks that carries the states -- run as compiled loops (:mod:`mixers.protot.chunked_c`), which also form the factored
+chunks that carries the states -- run as compiled loops (:mod:`mixers.protot.kernel_c`), which also form the factored
 tensors and assemble the per-position gradients; the masses then need no products and no power of beta.
 Elsewhere (no compiler, float64, CUDA) they run in PyTorch as described above; both give the same numbers.
 """
@@ -38,7 +38,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mixers.protot import chunked_c
+from mixers.protot import kernel_c
 
 #: blocks per split of a chunk whose decays are too steep for one factorised product
 SPLIT = 4
@@ -208,7 +208,7 @@ class ChunkedPrefixMean(torch.autograd.Function):
         gentle = blocks.gentle(C)
         pq, pk = _mid(C, lb) if gentle else (None, None)
         if compiled:  # masses and read weights from the recurrence, with every factored tensor, in one C pass
-            q, m_prev, final_mass, Kf, to_end, Qf, q_into = chunked_c.masses_forward(
+            q, m_prev, final_mass, Kf, to_end, Qf, q_into = kernel_c.masses_forward(
                 w, rho, lb, M0, floor, n * C, C, (pq, pk, tab.into, tab.to_end, tab.last_to_end))
             q, to_end, q_into = q.view(N, C, R), to_end.view(N, C, R), q_into.view(N, C, R)
             Kf, Qf = (t.view(N, C, R) if gentle else None for t in (Kf, Qf))
@@ -226,7 +226,7 @@ class ChunkedPrefixMean(torch.autograd.Function):
         inc = torch.bmm(to_end.transpose(1, 2), v3).view(B, n, R, m)
         last = tab.chunk_decay(n - 1, n, bool(pad))
         if compiled:
-            before, final = chunked_c.states_forward(inc, S0, tab.decay, last)
+            before, final = kernel_c.states_forward(inc, S0, tab.decay, last)
             saved = (m_prev,)
         else:
             inc_mass = to_end.sum(1).view(B, n, R)
@@ -292,7 +292,7 @@ class ChunkedPrefixMean(torch.autograd.Function):
         d_read = torch.bmm(q_into.transpose(1, 2), dO).view(B, n, R, m)
         if compiled:
             # the carried states' gradients, last chunk first, and <H_end, dH_end> per chunk for the decay
-            d_after, d_S0, states = chunked_c.states_backward(d_read, d_final, tab.decay,
+            d_after, d_S0, states = kernel_c.states_backward(d_read, d_final, tab.decay,
                                                              tab.chunk_decay(n - 1, n, bool(pad)), before, final)
         else:
             dq = dq_scores.mul_(pq) if gentle else dq_scores
@@ -312,7 +312,7 @@ class ChunkedPrefixMean(torch.autograd.Function):
         if compiled:  # both sums above, then the masses' reverse pass and the decay's per-position terms, in C
             (m_prev,) = saved
             tables = (pq, pk, tab.into, tab.to_end, tab.last_to_end)
-            dw, d_rho, d_M0, d_lb = chunked_c.masses_backward(
+            dw, d_rho, d_M0, d_lb = kernel_c.masses_backward(
                 w, dq_scores.view(B, TP, R), dq_read.view(B, TP, R), dw_scores.view(B, TP, R),
                 d_to_end.view(B, TP, R), tables, q.view(B, TP, R), m_prev, lb, d_final_mass, floor, T, C)
             d_lb = d_lb + lengths @ states
@@ -401,10 +401,10 @@ def prefix_mean_chunked(
     chunk: int = 64,
     compiled: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The chunk-parallel kernel; same signature and numbers as ``protot_kernels.prefix_mean_recurrent``.
+    """The chunk-parallel kernel; same signature and numbers as :func:`mixers.protot.reference.prefix_mean_recurrent`.
 
     Half-precision inputs (autocast) are computed in float32 and the output is cast back. ``compiled``: run the
-    two recurrences as the compiled loops of :mod:`mixers.protot.chunked_c` (None: wherever they can run, float32 on a
+    two recurrences as the compiled loops of :mod:`mixers.protot.kernel_c` (None: wherever they can run, float32 on a
     CPU with a C compiler) or in PyTorch (False).
     """
     _check_shapes(w, v, rho, log_beta, S0, M0)
@@ -413,10 +413,10 @@ def prefix_mean_chunked(
         return v.new_zeros(v.shape), S0, M0
     work = torch.promote_types(torch.promote_types(w.dtype, v.dtype), torch.float32)
     inputs = [t.to(work) for t in (w, v, rho, log_beta, S0, M0)]
-    usable = chunked_c.usable(*inputs)
+    usable = kernel_c.usable(*inputs)
     if compiled and not usable:
         raise RuntimeError(f"the compiled recurrences cannot run on {work} {w.device.type} tensors here"
-                           + (f" ({chunked_c.unavailable_reason()})" if chunked_c.unavailable_reason() else ""))
+                           + (f" ({kernel_c.unavailable_reason()})" if kernel_c.unavailable_reason() else ""))
     with torch.autocast(w.device.type, enabled=False):
         o, S, M = ChunkedPrefixMean.apply(*inputs, floor, chunk_length(chunk, T),
                                           usable if compiled is None else compiled)

@@ -8,11 +8,11 @@ CUDA tensors); otherwise plain torch does, using fla's own naive references wher
 
 * ``delta_net.chunk_delta_rule`` / ``fused_recurrent_delta_rule``: ``naive.delta_rule_recurrence`` (kernel
   "recurrent"); under "naive-chunk", for several tokens and no state in or out, ``naive.delta_rule_chunkwise``
-  (T padded to its chunk); under "chunk", :func:`mixers.deltanet.delta_rule.chunk_delta_rule` (mixbench's own
+  (T padded to its chunk); under "chunk", :func:`mixers.deltanet.kernel.chunk_delta_rule` (mixbench's own
   chunked WY/UT kernel, which also carries states: prefill and continuation);
 * ``gated_deltanet.chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule``:
   ``naive_recurrent_gated_delta_rule``; under "naive-chunk", for several tokens, ``naive_chunk_gated_delta_rule``;
-  under "chunk", :func:`mixers.deltanet.delta_rule.chunk_delta_rule` with the gate;
+  under "chunk", :func:`mixers.deltanet.kernel.chunk_delta_rule` with the gate;
 * the short convolutions and norms the layers are built from: :func:`mixers.common.fla_modules.install`.
 
 The naive ops take their inputs without the options fla's kernels apply internally, so those are applied here
@@ -63,7 +63,7 @@ def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_stat
     """``chunk_delta_rule`` / ``fused_recurrent_delta_rule`` ([B, T, H, K] in and out) via fla's naive ops."""
     from fla.ops.delta_rule.naive import delta_rule_chunkwise, delta_rule_recurrence
 
-    from mixers.deltanet.delta_rule import chunk_delta_rule
+    from mixers.deltanet.kernel import chunk_delta_rule
 
     no_varlen(cu_seqlens, unsupported)
     if use_qk_l2norm_in_kernel:
@@ -115,7 +115,7 @@ def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None
     """``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` via fla's naive ops."""
     from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
 
-    from mixers.deltanet.delta_rule import chunk_delta_rule
+    from mixers.deltanet.kernel import chunk_delta_rule
 
     no_varlen(cu_seqlens, unsupported)
     if q.shape[2] != v.shape[2]:

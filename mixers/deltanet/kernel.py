@@ -11,7 +11,7 @@ Rule over Sequence Length"), as one autograd function (:class:`_DeltaChunks`) fo
 
 * within a chunk of ``C`` tokens (cumulative log-decay ``G``, pairwise decays ``D_ts = exp(G_t - G_s)`` for
   s <= t, never an exponential of a positive number), the UT transform ``T = (I + tril(diag(beta) K K^T * D,
-  -1))^-1`` (the compiled forward substitution of :mod:`mixers.deltanet.delta_rule_c`, 5-10x faster than
+  -1))^-1`` (the compiled forward substitution of :mod:`mixers.deltanet.kernel_c`, 5-10x faster than
   ``solve_triangular`` at 32 x 32, else the solve) gives the chunk's pseudo-values ``U = T diag(beta) V - W S``
   with ``W = T diag(beta) K exp(G)``, the state ``S <- exp(G_C) S + (K exp(G_C - G))^T U`` and the outputs
   ``(Q exp(G)) S + tril(Q K^T * D) U``: a dozen products per chunk;
@@ -87,12 +87,12 @@ def chunk_delta_rule(
 def _unit_lower_inverse_into(kk: torch.Tensor, out: torch.Tensor) -> None:
     """``(I + strictly-lower part of kk)^-1`` for a batch of [C, C] matrices, written into ``out`` (no
     autograd: :class:`_DeltaChunks` has its own backward): by the compiled forward substitution of
-    :mod:`mixers.deltanet.delta_rule_c` where it can run, else solve_triangular, which with unitriangular=True never
+    :mod:`mixers.deltanet.kernel_c` where it can run, else solve_triangular, which with unitriangular=True never
     reads the diagonal or what is above it, so kk goes in as it is."""
-    from mixers.deltanet import delta_rule_c
+    from mixers.deltanet import kernel_c
 
-    if delta_rule_c.usable(kk):
-        delta_rule_c.unit_lower_inverse(kk, out)
+    if kernel_c.usable(kk):
+        kernel_c.unit_lower_inverse(kk, out)
         return
     eye = torch.eye(kk.shape[-1], device=kk.device, dtype=kk.dtype).expand_as(kk)
     torch.linalg.solve_triangular(kk, eye, upper=False, unitriangular=True, out=out)

@@ -15,7 +15,7 @@ outside a mixer, for CUDA tensors), else plain torch, fla's own references where
   DPLR recurrence ``S_t = diag(exp(w_t)) S_{t-1} + b_t (a_t^T S_{t-1}) + k_t v_t^T``, ``o_t = S_t^T (scale r_t)``.
   Kernel ``recurrent`` (and any unselected call): fla's naive ``dplr_recurrence``, token by token (head-first, and
   scaling q by K^-0.5 itself, so q is pre-scaled by ``scale sqrt(K)``); kernel ``chunk``:
-  :func:`mixers.rwkv7.dplr.chunk_dplr`, mixbench's chunked form (each call's first token: the recurrence step).
+  :func:`mixers.rwkv7.kernel.chunk_dplr`, mixbench's chunked form (each call's first token: the recurrence step).
 
 What the layer passes, checked here: ``w`` the log-decay ``-exp(-0.5) sigmoid(.)`` (fla's ``lower_bound``, used by
 the chunk kernel to size its chunks), ``scale=1``, ``initial_state`` / ``output_final_state`` (the cache),
@@ -105,7 +105,7 @@ def dplr(r, w, k, v, a, b, *, scale, initial_state, output_final_state, lower_bo
     """The DPLR recurrence on fla's layout ([B, T, H, K], v [B, T, H, V]) under the selected kernel."""
     from fla.ops.generalized_delta_rule.dplr import naive
 
-    from mixers.rwkv7.dplr import chunk_dplr
+    from mixers.rwkv7.kernel import chunk_dplr
 
     K = r.shape[-1]
     scale = K**-0.5 if scale is None else scale

@@ -14,7 +14,7 @@
   which runs it as a DeltaProduct with one Householder step per token.
 
 Kernels, for both: ``recurrent`` (and no kernel selected) — fla's ``naive_recurrent_gated_delta_product``;
-``chunk`` — :func:`mixers.deltaproduct.product_rule.chunk_gated_delta_product` (the chunked delta rule over the
+``chunk`` — :func:`mixers.deltaproduct.kernel.chunk_gated_delta_product` (the chunked delta rule over the
 interleaved steps), except calls of at most :data:`RECURRENT_MAX_STEPS` steps (a decode step), which take the
 recurrence. The naive op takes its inputs without the options fla's kernels apply internally, so those are applied
 here first: ``use_qk_l2norm_in_kernel`` (:func:`mixers.common.fla_modules.l2_norm`, the kernels' eps), the default
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from mixers.common import fla_modules
 from mixers.common.routing import current
-from mixers.deltanet.fla_routing import gated_in_kernel_options
-from mixers.deltaproduct import product_rule
+from mixers.deltanet.routing import gated_in_kernel_options
+from mixers.deltaproduct import kernel
 
 #: calls of at most this many Householder steps take the recurrence under kernel ``chunk``: one token's steps
 #: (decode) up to n = 8, where the chunked kernel's dozen products per call cost more than the steps themselves
@@ -59,9 +59,9 @@ def _run(q, k, v, g, beta, num_householder, scale, initial_state, output_final_s
     """The selected kernel on prepared inputs (l2-normalised, beta final, state [B, H, K, V])."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if current() == "chunk" and k.shape[1] > RECURRENT_MAX_STEPS:
-        fn = product_rule.chunk_gated_delta_product
+        fn = kernel.chunk_gated_delta_product
     else:
-        fn = product_rule.recurrent_gated_delta_product
+        fn = kernel.recurrent_gated_delta_product
     return fn(q, k, v, g, beta, num_householder, scale=scale, initial_state=initial_state,
               output_final_state=output_final_state)
 

@@ -16,7 +16,7 @@ extension only run on CUDA tensors. :func:`install` (idempotent, before first us
    =========================================  ============================================================
    ``mamba_simple.selective_scan_fn``         ``selective_scan_ref`` (kernel "reference") or our
                                               :func:`selective_scan_cpu` (same maths, much faster; kernel
-                                              "fused" bypasses the package's forward: mixers/mamba/fused_cpu.py)
+                                              "fused" bypasses the package's forward: mixers/mamba/fused.py)
    ``mamba2.mamba_chunk_scan_combined``       ``ssd_minimal_discrete`` (the SSD paper's listing; stable, and
                                               it carries states; kernel "reference") or our
                                               :func:`mixers.mamba.ssd.ssd_chunked` (same maths, linear in T)
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from mixers.common.routing import current, route
-from mixers.mamba.selective_scan import selective_scan_cpu
+from mixers.mamba.kernel import selective_scan_cpu
 
 #: kernels that run mamba-ssm's own CUDA/Triton code
 PACKAGE_KERNELS = frozenset({"cuda"})

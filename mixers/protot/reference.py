@@ -9,9 +9,9 @@ Per prototype channel k (R channels), with write weights ``w[t, k] = (1 - beta_k
 Kernels (all take and return a state (S, M), so prefill and continuation work from any position):
 
 * ``recurrent`` (the reference): this definition, a Python loop over time;
-* ``chunked`` (CPU default, ``mixers/protot/chunked.py``): the same numbers from a few large batched matmuls
+* ``chunked`` (CPU default, ``mixers/protot/kernel.py``): the same numbers from a few large batched matmuls
   over chunks of 64 positions with a written-out backward;
-* ``gla`` (CUDA default, ``mixers/protot/gla.py``): masses first, then one gated-linear-attention call,
+* ``gla`` (CUDA default, ``mixers/protot/routing.py``): masses first, then one gated-linear-attention call,
   flash-linear-attention's Triton kernel on CUDA (GLA's definition elsewhere, ``mixers/common/ops/gla.py``).
 
 Every power of beta in these kernels has a non-negative exponent or stays within a dtype-aware budget, so
@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 
 from harness.mixer import KernelBenchmark
-from mixers.protot.chunked import chunk_length, prefix_mean_chunked
-from mixers.protot.gla import prefix_mean_gla
+from mixers.protot.kernel import chunk_length, prefix_mean_chunked
+from mixers.protot.routing import prefix_mean_gla
 
 #: positions per chunk of the chunked kernel
 DEFAULT_CHUNK = 64
@@ -65,7 +65,7 @@ def chunked_flops(B: int, T: int, R: int, m: int, C: int = DEFAULT_CHUNK, backwa
 
     Per position (MACs): forward ``2 R m`` (state increment and read) ``+ C R`` (scores inside the chunk) ``+ C m``
     (scores times values); backward ``4 R m + 2 C R + 2 C m``. The masses are not counted: the CPU kernel runs
-    them as a recurrence of R multiply-adds per position (:mod:`mixers.protot.chunked_c`; its PyTorch fallback spends
+    them as a recurrence of R multiply-adds per position (:mod:`mixers.protot.kernel_c`; its PyTorch fallback spends
     another ``C R`` each way on them as matmuls), and elementwise work is not counted either. The same count serves
     every kernel of this algebra (the GLA kernels do the same products), so a kernel's achieved rate against the
     matmul peak compares like with like.

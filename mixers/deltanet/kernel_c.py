@@ -1,5 +1,5 @@
 """The UT transform's inverse for the chunked delta rule as a compiled C loop: ``(I + strictly-lower(A))^-1``
-for a batch of small [C, C] matrices (:mod:`mixers.deltanet.delta_rule`).
+for a batch of small [C, C] matrices (:mod:`mixers.deltanet.kernel`).
 
 Why: ``torch.linalg.solve_triangular`` against the identity costs about 5 us per 32 x 32 matrix here (LAPACK's
 per-matrix setup dominates at this size): 2.6 ms of the 14 ms forward of one DeltaNet layer at preset quick.

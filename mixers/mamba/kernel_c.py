@@ -10,7 +10,7 @@ The source below is compiled once per machine (``cc -O3 -ffast-math -march=nativ
 contiguous, time-major). Sequences (or channel blocks, for a single sequence) run in parallel on torch's own
 OpenMP threads, ``torch.get_num_threads()`` of them (:mod:`harness.model.compiled`).
 :func:`available` is False where there is no compiler or the build fails; callers then use the PyTorch scan of
-:mod:`mixers.mamba.selective_scan`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
+:mod:`mixers.mamba.kernel`. Numbers: the recurrence and its adjoint in fp32, as ``selective_scan_ref``
 (same results to ~1e-6; sums over the state dimension are reordered by vectorisation).
 
 Forward, per sequence b and channel d, states n, with ``dt = softplus(delta + bias)``: ``h = exp(dt A) h + dt u B_t;

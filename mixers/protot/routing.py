@@ -1,8 +1,9 @@
 """ProtoT as gated linear attention: on CUDA, flash-linear-attention's Triton GLA kernel (kernel "gla").
 
-ProtoT's prefix mean (``protot_kernels.prefix_mean_recurrent``) is GLA with a data-independent decay per key
-channel (docs/protot_kernels.md). GLA computes ``h_t = exp(g_t) * h_{t-1} + k_t v_t^T`` and ``o_t = q_t h_t``
-(the current position included). ProtoT reads strictly before each write and divides by the channel's mass, so:
+ProtoT's prefix mean (:func:`mixers.protot.reference.prefix_mean_recurrent`) is GLA with a data-independent
+decay per key channel (docs/protot_kernels.md). GLA computes ``h_t = exp(g_t) * h_{t-1} + k_t v_t^T`` and
+``o_t = q_t h_t`` (the current position included). ProtoT reads strictly before each write and divides by the
+channel's mass, so:
 
 1. the masses come first: ``M_t = beta M_{t-1} + w_t``, a per-channel decayed cumulative sum of the write
    weights (:func:`decayed_cumsum`, chunked matmuls, every power of beta with a non-negative exponent);
@@ -81,7 +82,7 @@ def triton_gla():
 
 
 def prefix_mean_gla(w, v, rho, log_beta, S0, M0, floor, chunk: int = MASS_CHUNK):
-    """Same signature and numbers as ``protot_kernels.prefix_mean_recurrent``, through one GLA call."""
+    """Same signature and numbers as :func:`mixers.protot.reference.prefix_mean_recurrent`, through one GLA call."""
     T = w.shape[1]
     if T == 0:
         return v.new_zeros(v.shape), S0, M0
