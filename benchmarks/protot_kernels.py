@@ -30,8 +30,8 @@ import _common
 from harness.timing import Candidate, Timings, interleaved
 from mixers.protot import kernel_c
 from mixers.attention.layer import Attention, AttentionConfig
-from mixers.protot.layer import ProtoT, ProtoTConfig
-from mixers.protot.reference import KERNELS, chunked_flops
+from mixers.protot.kernel import chunked_flops
+from mixers.protot.layer import KERNELS, ProtoT, ProtoTConfig
 
 PEAK_N = 1024
 

@@ -11,7 +11,8 @@ from harness import Recorder
 from harness.errors import ConfigError
 from harness.values import build_config
 from mixers.protot.layer import ProtoT, ProtoTConfig
-from mixers.protot.reference import prefix_mean_chunked, prefix_mean_recurrent
+from mixers.protot.kernel import prefix_mean_chunked
+from mixers.protot.reference import prefix_mean_recurrent
 
 
 def direct_protot(layer: ProtoT, x: torch.Tensor) -> torch.Tensor:

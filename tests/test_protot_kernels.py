@@ -18,10 +18,10 @@ from mixers.protot import kernel as protot_kernel
 from mixers.protot import kernel_c
 from mixers.protot import layer as protot_layer
 from mixers.protot.layer import ProtoT, ProtoTConfig
-from mixers.protot.kernel import exp_budget, is_gentle, prefix_mean_chunked
+from mixers.protot.kernel import chunked_flops, exp_budget, is_gentle, prefix_mean_chunked
 from mixers.common.ops.gla import gla_recurrent
 from mixers.protot.routing import decayed_cumsum, gla_inputs, prefix_mean_gla
-from mixers.protot.reference import chunked_flops, prefix_mean_recurrent
+from mixers.protot.reference import prefix_mean_recurrent
 
 FLOOR = 1e-6
 BETAS = {

@@ -1,7 +1,7 @@
 """ProtoT's chunk-parallel prefix-mean kernel for CPUs: a few large batched matmuls and a written-out backward.
 
-It computes what :func:`mixers.protot.reference.prefix_mean_recurrent` defines (docs/protot_kernels.md): per channel k a
-decayed sum S of ``w v`` and a mass M of ``w``, read strictly before each write:
+It computes what :func:`mixers.protot.reference.prefix_mean_recurrent` defines (docs/protot_kernels.md): per
+channel k a decayed sum S of ``w v`` and a mass M of ``w``, read strictly before each write:
 ``o_t = sum_k rho_tk S_{t-1,k} / max(M_{t-1,k}, floor)``. Positions are cut into chunks of C (64); all chunks
 are processed at once:
 
@@ -40,6 +40,8 @@ import torch.nn.functional as F
 
 from mixers.protot import kernel_c
 
+#: positions per chunk (the layer's default ``chunk_size``)
+DEFAULT_CHUNK = 64
 #: blocks per split of a chunk whose decays are too steep for one factorised product
 SPLIT = 4
 
@@ -398,10 +400,10 @@ def prefix_mean_chunked(
     S0: torch.Tensor,
     M0: torch.Tensor,
     floor: float,
-    chunk: int = 64,
+    chunk: int = DEFAULT_CHUNK,
     compiled: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The chunk-parallel kernel; same signature and numbers as :func:`mixers.protot.reference.prefix_mean_recurrent`.
+    """The chunk-parallel kernel: the signature and numbers of :func:`mixers.protot.reference.prefix_mean_recurrent`.
 
     Half-precision inputs (autocast) are computed in float32 and the output is cast back. ``compiled``: run the
     two recurrences as the compiled loops of :mod:`mixers.protot.kernel_c` (None: wherever they can run, float32 on a
@@ -442,3 +444,19 @@ def chunk_length(chunk: int, T: int) -> int:
     """The chunk: the largest power of two <= ``chunk``, no longer than T rounded up to a power of two."""
     C = 1 << (max(chunk, 1).bit_length() - 1)
     return max(1, min(C, 1 << (max(T, 1) - 1).bit_length()))
+
+
+def chunked_flops(B: int, T: int, R: int, m: int, C: int = DEFAULT_CHUNK, backward: bool = False) -> float:
+    """Matmul FLOPs of the chunked algorithm on [B, T] positions in chunks of C: forward, or forward + backward.
+
+    Per position (MACs): forward ``2 R m`` (state increment and read) ``+ C R`` (scores inside the chunk) ``+ C m``
+    (scores times values); backward ``4 R m + 2 C R + 2 C m``. The masses are not counted: the CPU kernel runs
+    them as a recurrence of R multiply-adds per position (:mod:`mixers.protot.kernel_c`; its PyTorch fallback spends
+    another ``C R`` each way on them as matmuls), and elementwise work is not counted either. The same count serves
+    every kernel of this algebra (the GLA kernels do the same products), so a kernel's achieved rate against the
+    matmul peak compares like with like.
+    """
+    tokens = B * -(-T // C) * C
+    forward = 2 * R * m + C * R + C * m
+    macs = forward + (4 * R * m + 2 * C * R + 2 * C * m if backward else 0)
+    return 2.0 * tokens * macs

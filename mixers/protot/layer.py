@@ -30,8 +30,9 @@ Decode state per sequence: S (R x d/2), M (R) and, in conv layers, the last 4 va
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,8 +44,13 @@ from harness.mixer import FlopCount, KernelBenchmark, Mixer, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
-from mixers.protot.routing import triton_gla
-from mixers.protot.reference import DEFAULT_CHUNK, KERNELS, kernel_benchmark
+from mixers.protot.kernel import DEFAULT_CHUNK, chunk_length, chunked_flops, prefix_mean_chunked
+from mixers.protot.reference import prefix_mean_recurrent
+from mixers.protot.routing import prefix_mean_gla, triton_gla
+
+#: the prefix-mean kernels by name (docs/protot_kernels.md); here rather than beside the definition, which then
+#: imports none of the kernels that are checked against it
+KERNELS = {"recurrent": prefix_mean_recurrent, "chunked": prefix_mean_chunked, "gla": prefix_mean_gla}
 
 TAU_EPS = 2e-6
 """Added to |tau| before dividing the gate logits: the released layer's 1e-6, applied twice (docs/faithfulness.md)."""
@@ -172,9 +178,8 @@ class ProtoT(Mixer):
             mass0 = x.new_zeros(B, self.cfg.n_prototypes)
         else:
             sums0, mass0 = state["sums"], state["mass"]
-        kernel = KERNELS[self.kernel]
-        kwargs = {} if self.kernel == "recurrent" else {"chunk": self.cfg.chunk_size}
-        mixed, sums, mass = kernel(writes, values, rho, log_beta, sums0, mass0, self.cfg.mass_floor, **kwargs)
+        kernel = prefix_mean(self.kernel, self.cfg.chunk_size)
+        mixed, sums, mass = kernel(writes, values, rho, log_beta, sums0, mass0, self.cfg.mass_floor)
         if recording():
             record(self.layer_idx, "write_gate", pi)
             record(self.layer_idx, "read_gate", rho)
@@ -248,3 +253,38 @@ class ProtoT(Mixer):
             self.prototypes.data[ids] = saved_p
             self.beta_logit.data[ids] = saved_b
 
+
+def prefix_mean(kernel: str, chunk: int) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Kernel ``kernel`` as a function of (w, v, rho, log_beta, S0, M0, floor): the definition takes no chunk."""
+    fn = KERNELS[kernel]
+    return fn if kernel == "recurrent" else functools.partial(fn, chunk=chunk)
+
+
+def kernel_benchmark(
+    kernel: str, log_beta: torch.Tensor, floor: float, chunk: int, m: int, batch: int, seq_len: int,
+    device: torch.device,
+) -> KernelBenchmark:
+    """One forward + backward of ``kernel`` on synthetic inputs of this shape at the layer's own decays.
+
+    Write weights are softmax gates times (1 - beta), as the layer makes them; inputs are built once, outside
+    ``run``; the FLOP count is :func:`chunked_flops` (forward + backward) for every kernel.
+    """
+    R = log_beta.numel()
+    gen = torch.Generator().manual_seed(0)
+    lb = log_beta.detach().float().cpu()
+    w = torch.rand(batch, seq_len, R, generator=gen).softmax(-1) * -torch.expm1(lb)
+    v = torch.randn(batch, seq_len, m, generator=gen)
+    rho = torch.rand(batch, seq_len, R, generator=gen).softmax(-1)
+    d_out = torch.randn(batch, seq_len, m, generator=gen).to(device)
+    leaves = [t.to(device).requires_grad_(True) for t in (w, v, rho, lb)]
+    state = (torch.zeros(batch, R, m, device=device), torch.zeros(batch, R, device=device))
+    fn = prefix_mean(kernel, chunk)
+
+    def run() -> None:
+        for t in leaves:
+            t.grad = None
+        out, _, _ = fn(*leaves, *state, floor)
+        out.backward(d_out)
+
+    C = chunk_length(chunk, seq_len)
+    return KernelBenchmark(run, chunked_flops(batch, seq_len, R, m, C, backward=True), f"{kernel} forward+backward")
