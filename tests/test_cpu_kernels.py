@@ -285,7 +285,7 @@ def test_chunked_ssd_equals_ssd_minimal_discrete(T, groups, chunk, with_state):
     mamba_routing.install()
     from mamba_ssm.modules.ssd_minimal import ssd_minimal_discrete
 
-    from mixers.mamba.ssd import ssd_chunked
+    from mixers.mamba.kernel import ssd_chunked
 
     gen = torch.Generator().manual_seed(5)
     b, h, p, n = 2, 4, 8, 6

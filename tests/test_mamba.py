@@ -238,7 +238,7 @@ def test_negative_eigenvalue_scans_equal_a_naive_loop():
     allow_neg_eigval's transition, against scalar arithmetic from a non-zero state; gradients of the fast scans
     against autograd through the reference. Step sizes ~1 and |A| up to 5 put transitions below zero."""
     from mixers.mamba import fused
-    from mixers.mamba.kernel import selective_scan_loop, transition
+    from mixers.mamba.reference import selective_scan_loop, transition
 
     x = scan_inputs(batch=2, dim=4, n=3, length=24)
     h0 = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(2)).requires_grad_(True)

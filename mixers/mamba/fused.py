@@ -24,7 +24,7 @@ def forward(m: nn.Module, x: torch.Tensor, conv_state: torch.Tensor | None, ssm_
             with_state: bool, neg: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """``m`` (a ``mamba_ssm.Mamba``) on ``x`` [batch, T, d_model] from the given states (None: zeros). Returns the
     output and, when ``with_state``, the new conv and SSM states; ``neg``: the transition ``2 exp(dt A) - 1``
-    (:func:`mixers.mamba.kernel.transition`)."""
+    (:func:`mixers.mamba.reference.transition`)."""
     xz = m.in_proj(x.transpose(0, 1)).float()  # [T, batch, 2 D], contiguous
     D = m.d_inner
     u, z = xz.split(D, dim=-1)  # split, not slicing: the backward is one cat, not two zero-filled copies
@@ -107,7 +107,8 @@ class _Scan(torch.autograd.Function):
 
 def _torch_scan(u, delta, delta_bias, A, B, C, D, z, h0, neg=False):
     """Without a C compiler: :mod:`mixers.mamba.kernel`'s recurrence, the rest by autograd."""
-    from mixers.mamba.kernel import _Scan as TorchScan, transition
+    from mixers.mamba.kernel import _Scan as TorchScan
+    from mixers.mamba.reference import transition
 
     dt = F.softplus(delta + delta_bias)
     y, last = TorchScan.apply(u, dt, A, B.unsqueeze(2), C.unsqueeze(2), neg)

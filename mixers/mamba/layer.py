@@ -6,14 +6,15 @@ so listing mixers stays fast. Parameter names and shapes are the package module'
 
 Kernels (:class:`mixers.common.routed_mixer.DeviceKernels` lists the CUDA one only where it can run):
 
-* ``mamba``: ``reference`` (``selective_scan_ref``, the package's definition), ``cpu-scan``
-  (:mod:`mixers.mamba.kernel`, the same maths step by step in PyTorch, in the package's layer), ``fused``
+* ``mamba``: ``reference`` (``selective_scan_ref``, the package's definition; with ``allow_neg_eigval``
+  :mod:`mixers.mamba.reference`'s loop), ``cpu-scan`` (:mod:`mixers.mamba.kernel`, the same maths step by step
+  in PyTorch, in the package's layer), ``fused``
   (:mod:`mixers.mamba.fused`: the layer's forward written time-major, its conv and scan each one compiled loop
   from :mod:`mixers.mamba.kernel_c`; the default on CPU, and on a GPU whose mamba-ssm was built without its
   CUDA extension) and ``cuda`` (the compiled scan, and the fused ``mamba_inner_fn`` when causal-conv1d is installed).
 * ``mamba2``: ``reference`` (the package's pure-torch SSD, ``ssd_minimal_discrete``), ``chunk``
-  (:mod:`mixers.mamba.ssd`: the same SSD chunked with a state loop, linear in the length; the default on CPU) and
-  ``cuda`` (its Triton kernels).
+  (:func:`mixers.mamba.kernel.ssd_chunked`: the same SSD chunked with a state loop, linear in the length; the
+  default on CPU) and ``cuda`` (its Triton kernels).
 
 Training calls the package module's own ``forward``. Decoding calls its own ``step`` with our state, so a decode
 state is the package's pair: the last ``d_conv`` conv inputs and the SSM state (O(1) in the length). The package
@@ -46,7 +47,8 @@ from harness.values import option
 from mixers.mamba import fused, routing
 from mixers.common.routing import selected
 from mixers.common.routed_mixer import RoutedMixer
-from mixers.mamba.kernel import CHECKPOINT, selective_scan_cpu, selective_scan_loop, transition
+from mixers.mamba.kernel import CHECKPOINT, selective_scan_cpu
+from mixers.mamba.reference import selective_scan_loop, transition
 
 PACKAGES = ("mamba-ssm", "causal-conv1d", "triton")
 
@@ -310,9 +312,9 @@ class Mamba2Mixer(_MambaBase):
         self._finish_init(n_layers)
 
     def chunk_lengths(self) -> tuple[int, ...]:
-        from mixers.mamba.ssd import CHUNK
+        from mixers.mamba.kernel import SSD_CHUNK
 
-        return (CHUNK, routing.CPU_SSD_BLOCK)
+        return (SSD_CHUNK, routing.CPU_SSD_BLOCK)
 
     def _choose_fused_path(self) -> None:
         # mamba_split_conv1d_scan_combined (needs causal-conv1d) applies out_proj inside, past the unit-mask hook

@@ -19,7 +19,7 @@ extension only run on CUDA tensors. :func:`install` (idempotent, before first us
                                               "fused" bypasses the package's forward: mixers/mamba/fused.py)
    ``mamba2.mamba_chunk_scan_combined``       ``ssd_minimal_discrete`` (the SSD paper's listing; stable, and
                                               it carries states; kernel "reference") or our
-                                              :func:`mixers.mamba.ssd.ssd_chunked` (same maths, linear in T)
+                                              :func:`mixers.mamba.kernel.ssd_chunked` (same maths, linear in T)
    ``layernorm_gated.rmsnorm_fn``             ``layernorm_gated.rms_norm_ref``
    ``selective_state_update`` (decode)        ``selective_state_update_ref``
    ``causal_conv1d_fn`` / ``_update``         depthwise ``F.conv1d`` / the package's own rolling update,
@@ -121,7 +121,7 @@ def _ssd_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, ini
                    cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")), return_final_states=False,
                    return_varlen_states=False):
     """``mamba_chunk_scan_combined`` (its signature, no varlen) through ``ssd_minimal_discrete``, or under kernel
-    "chunk" through :func:`mixers.mamba.ssd.ssd_chunked` (groups broadcast, not repeated per head).
+    "chunk" through :func:`mixers.mamba.kernel.ssd_chunked` (groups broadcast, not repeated per head).
 
     That is the SSD paper's listing: it takes an initial state, returns the final one, and masks its segment sums
     with -inf before the exponential. (``ssd_chunk_scan_combined_ref`` has no state arguments and exponentiates
@@ -142,7 +142,7 @@ def _ssd_reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, ini
     X = x.float() * dt[..., None]  # both take discretised inputs: x dt and A dt
     A_dt = A.float() * dt
     if current() == "chunk":
-        from mixers.mamba.ssd import ssd_chunked
+        from mixers.mamba.kernel import ssd_chunked
 
         y, final = ssd_chunked(X, A_dt, B, C, initial_states)
     else:
