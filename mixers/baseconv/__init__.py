@@ -1,4 +1,5 @@
-"""BaseConv, zoology's gated convolution: the layer; kernels `direct` (the reference) and `fft` (every default)."""
+"""BaseConv, zoology's gated convolution: ``layer.py``; kernels `direct` (``reference.py``) and `fft` (``kernel.py``,
+every default); files by role: docs/ARCHITECTURE.md, "Mixer families"."""
 
 from mixers.baseconv import layer  # noqa: F401 - registers the mixer(s)
 

@@ -1,4 +1,7 @@
-"""Mamba-1 and Mamba-2 on mamba-ssm's modules: the layer, its CPU routing, and our CPU scans."""
+"""Mamba-1 and Mamba-2 on mamba-ssm's modules: ``layer.py``, the routing of the package's kernels (``routing.py``),
+our CPU scans (``kernel.py``, the Mamba-1 scan in C: ``kernel_c.py``), the Mamba-1 layer's CPU forward (``fused.py``)
+and our definition for ``allow_neg_eigval`` (``reference.py``); files by role: docs/ARCHITECTURE.md, "Mixer
+families"."""
 
 from mixers.mamba import layer  # noqa: F401 - registers the mixer(s)
 

@@ -1,4 +1,6 @@
-"""ProtoT, the prototype mixer: the layer, the prefix-mean definition and its chunked, C and GLA kernels."""
+"""ProtoT, the prototype mixer: ``layer.py`` (with the kernel registry), the prefix-mean definition
+(``reference.py``), the chunked CPU kernel (``kernel.py``, its recurrences in C: ``kernel_c.py``) and the route to
+fla's GLA kernel (``routing.py``); files by role: docs/ARCHITECTURE.md, "Mixer families"."""
 
 from mixers.protot import layer  # noqa: F401 - registers the mixer(s)
 
