@@ -72,17 +72,19 @@ def l2_norm(x: torch.Tensor, eps: float = L2_EPS, output_dtype: torch.dtype | No
 
 
 def no_varlen(cu_seqlens, unsupported: dict) -> None:
-    """The torch paths handle padded batches only: variable-length packing (``cu_seqlens``) is refused."""
+    """The torch paths handle padded batches only: variable-length packing (``cu_seqlens``) is refused, and so is
+    any option they do not implement (``unsupported``, by name) that was given (not None)."""
     if cu_seqlens is not None:
         raise NotImplementedError("fla's torch path has no variable-length (cu_seqlens) support.")
-    if unsupported:
-        raise NotImplementedError(f"fla's torch path does not take {', '.join(sorted(unsupported))}.")
+    given = sorted(name for name, value in unsupported.items() if value is not None)
+    if given:
+        raise NotImplementedError(f"fla's torch path does not take {', '.join(given)}.")
 
 
 def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None, output_final_state=False,
                   activation=None, backend=None, cu_seqlens=None, **unsupported):
     """fla's ``causal_conv1d``: x [B, T, D], weight [D, W]; the cache [B, D, W] holds the last W inputs."""
-    no_varlen(cu_seqlens, {k: v for k, v in unsupported.items() if v is not None})
+    no_varlen(cu_seqlens, unsupported)
     B, T, D = x.shape
     W = weight.shape[1]
     inputs = x.transpose(1, 2)

@@ -88,11 +88,46 @@ def _delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_stat
     return o.transpose(1, 2), final
 
 
-def gated_in_kernel_options(q, k, g, beta, initial_state, *, use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log,
-                            dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first):
-    """The options fla's gated delta-rule kernels apply inside, applied to their inputs for the naive ops (and
-    Gated DeltaProduct's routes): q, k l2-normalised, the gate from ``A_log`` and ``dt_bias``, beta = (2x)
-    sigmoid, beta = 1 when absent, a value-first state transposed to [K, V]."""
+def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
+                      **options):
+    """``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` (fla's signature) via fla's naive ops."""
+    return torch_gated_delta_rule(_gated_kernels, q, k, v, g, beta, scale, initial_state, output_final_state,
+                                  **options)
+
+
+def _gated_kernels(q, k, v, g, beta, scale, initial_state, output_final_state):
+    """The selected kernel on prepared inputs ([B, T, H, ...], the state [B, H, K, V])."""
+    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+
+    from mixers.deltanet.kernel import chunk_delta_rule
+
+    if current() == "chunk" and q.shape[1] > RECURRENT_MAX_TOKENS:
+        o, final = chunk_delta_rule(
+            *(t.transpose(1, 2) for t in (q, k, v, beta, g)), scale=q.shape[-1] ** -0.5 if scale is None else scale,
+            initial_state=initial_state, output_final_state=output_final_state,
+        )
+        return o.transpose(1, 2), final
+    if current() == "naive-chunk" and q.shape[1] > 1:
+        return naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=CHUNK, scale=scale,
+                                            initial_state=initial_state, output_final_state=output_final_state)
+    return naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale, initial_state=initial_state,
+                                            output_final_state=output_final_state)
+
+
+def torch_gated_delta_rule(run, q, k, v, g, beta, scale, initial_state, output_final_state, *,
+                           use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                           use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
+                           cu_seqlens=None, **unsupported):
+    """One of fla's gated delta-rule ops in torch (Gated DeltaNet's, and the one Gated DeltaProduct runs on its
+    interleaved steps): ``run(q, k, v, g, beta, scale, initial_state, output_final_state)`` on inputs with the
+    options fla's kernels apply inside applied first: q, k l2-normalised, the gate from ``A_log`` and
+    ``dt_bias``, beta = (1 or 2) sigmoid(beta), beta = 1 when absent, a value-first state transposed to [K, V]
+    (and the final state back)."""
+    no_varlen(cu_seqlens, unsupported)
+    if q.shape[2] != v.shape[2]:
+        raise NotImplementedError("fla's torch path has no grouped value heads (num_v_heads > num_heads).")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:  # as fla's op
+        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
     if use_qk_l2norm_in_kernel:
         q, k = l2_norm(q), l2_norm(k)
     if use_gate_in_kernel:
@@ -105,39 +140,7 @@ def gated_in_kernel_options(q, k, g, beta, initial_state, *, use_qk_l2norm_in_ke
         beta = beta.sigmoid() * (2.0 if allow_neg_eigval else 1.0)
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
-    return q, k, g, beta, initial_state
-
-
-def _gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
-                      use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
-                      state_v_first=False, cu_seqlens=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
-                      **unsupported):
-    """``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule`` via fla's naive ops."""
-    from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
-
-    from mixers.deltanet.kernel import chunk_delta_rule
-
-    no_varlen(cu_seqlens, unsupported)
-    if q.shape[2] != v.shape[2]:
-        raise NotImplementedError("fla's naive gated delta rule has no grouped values (num_v_heads > num_heads).")
-    q, k, g, beta, initial_state = gated_in_kernel_options(
-        q, k, g, beta, initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first,
-    )
-    if current() == "chunk" and q.shape[1] > RECURRENT_MAX_TOKENS:
-        o, final = chunk_delta_rule(
-            *(t.transpose(1, 2) for t in (q, k, v, beta, g)), scale=q.shape[-1] ** -0.5 if scale is None else scale,
-            initial_state=initial_state, output_final_state=output_final_state,
-        )
-        o = o.transpose(1, 2)
-    elif current() == "naive-chunk" and q.shape[1] > 1:
-        o, final = naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=CHUNK, scale=scale,
-                                                initial_state=initial_state, output_final_state=output_final_state)
-    else:
-        o, final = naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale=scale, initial_state=initial_state,
-                                                    output_final_state=output_final_state)
+    o, final = run(q, k, v, g, beta, scale, initial_state, output_final_state)
     if final is not None and state_v_first:
-        final = final.transpose(-1, -2)
+        final = final.transpose(-1, -2).contiguous()
     return o.to(v.dtype), final

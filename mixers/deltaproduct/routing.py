@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from mixers.common import fla_modules
 from mixers.common.routing import current
-from mixers.deltanet.routing import gated_in_kernel_options
+from mixers.deltanet.routing import torch_gated_delta_rule
 from mixers.deltaproduct import kernel
 
 #: calls of at most this many Householder steps take the recurrence under kernel ``chunk``: one token's steps
@@ -51,11 +51,7 @@ def install() -> None:
     _INSTALLED = True
 
 
-def _given(**options) -> dict:
-    return {name: value for name, value in options.items() if value is not None}
-
-
-def _run(q, k, v, g, beta, num_householder, scale, initial_state, output_final_state):
+def _run(q, k, v, g, beta, scale, initial_state, output_final_state, num_householder=1):
     """The selected kernel on prepared inputs (l2-normalised, beta final, state [B, H, K, V])."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if current() == "chunk" and k.shape[1] > RECURRENT_MAX_STEPS:
@@ -71,30 +67,15 @@ def gated_delta_product(q, k, v, g, beta, num_householder, scale=None, initial_s
                         **unsupported):
     """``chunk_gated_delta_product`` (fla's signature and layout) on CPU."""
     fla_modules.no_varlen(cu_seqlens if cu_seqlens is not None else cu_seqlens_cpu,
-                          _given(cp_context=cp_context, **unsupported))
+                          dict(unsupported, cp_context=cp_context))
     if use_qk_l2norm_in_kernel:
         q, k = fla_modules.l2_norm(q), fla_modules.l2_norm(k)
-    return _run(q, k, v, g, beta, num_householder, scale, initial_state, output_final_state)
+    return _run(q, k, v, g, beta, scale, initial_state, output_final_state, num_householder)
 
 
 def gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None, initial_state=None,
-                     output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
-                     dt_bias=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False,
-                     cu_seqlens=None, **unsupported):
+                     output_final_state=False, **options):
     """``fused_recurrent_gated_delta_rule`` (fla's signature and layout) on CPU: a DeltaProduct of one step per
     token (the layer's interleaved steps)."""
-    fla_modules.no_varlen(cu_seqlens, _given(gk=gk, gv=gv, **unsupported))
-    if q.shape[2] != v.shape[2]:
-        raise NotImplementedError("fla's torch path has no grouped value heads (num_v_heads > num_heads).")
-    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:  # as fla's op
-        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
-    q, k, g, beta, initial_state = gated_in_kernel_options(
-        q, k, g, beta, initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-        use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first,
-    )
-    o, final = _run(q, k, v, g, beta, 1, scale, initial_state, output_final_state)
-    if final is not None and state_v_first:
-        final = final.transpose(-1, -2).contiguous()
-    return o, final
+    return torch_gated_delta_rule(_run, q, k, v, g, beta, scale, initial_state, output_final_state, gk=gk, gv=gv,
+                                  **options)

@@ -47,8 +47,7 @@ def retention_log_decay(num_heads: int, device: torch.device | None = None) -> t
 def gated_linear_attention(q, k, v, g=None, gk=None, scale=None, initial_state=None, output_final_state=False,
                            state_v_first=False, cu_seqlens=None, reverse=False, gv=None, **unsupported):
     """``chunk_gla`` / ``fused_chunk_gla`` (gate ``g``) and ``fused_recurrent_gla`` (gate ``gk``) in torch."""
-    no_varlen(cu_seqlens, {k_: v_ for k_, v_ in {**unsupported, "reverse": reverse or None, "gv": gv}.items()
-                           if v_ is not None})
+    no_varlen(cu_seqlens, {**unsupported, "reverse": reverse or None, "gv": gv})
     gate = g if g is not None else gk
     if initial_state is not None and state_v_first:
         initial_state = initial_state.transpose(-1, -2)
@@ -60,7 +59,7 @@ def gated_linear_attention(q, k, v, g=None, gk=None, scale=None, initial_state=N
 
 def retention(q, k, v, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None, **unsupported):
     """fla's retention ops in torch: GLA with RetNet's fixed decay per head."""
-    no_varlen(cu_seqlens, {k_: v_ for k_, v_ in unsupported.items() if v_ is not None})
+    no_varlen(cu_seqlens, unsupported)
     return _gla(q, k, v, retention_log_decay(q.shape[2], q.device), scale, initial_state, output_final_state)
 
 
