@@ -22,12 +22,13 @@ same way for every such mixer:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from harness.mixer import Unit
+from harness.mixer import KernelBenchmark, Unit
 from mixers.common import fla_modules, routing
 from mixers.common.routed_mixer import RoutedMixer
 
@@ -115,6 +116,13 @@ class FlaLayerMixer(RoutedMixer):
         """Channels of the q, k and v short convolutions (used when ``cfg.use_short_conv``)."""
         return self.layer.key_dim, self.layer.key_dim, self.layer.value_dim
 
+    def _chunk_benchmark(self, batch: int, seq_len: int, tensor: Callable[..., torch.Tensor], gen: torch.Generator,
+                         device: torch.device) -> tuple[Callable[[], torch.Tensor], float, str] | None:
+        """What :meth:`kernel_benchmark` times: mixbench's chunked kernel's forward call on inputs made with
+        ``tensor(*shape, fn=...)`` (``fn`` of a standard normal draw from ``gen``, a leaf on ``device``) returning
+        the output [B, T, H, head_v_dim], its forward FLOPs and a label; None where the mixer has no such kernel."""
+        return None
+
     def empty_cache(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         """The layer's cache entries before any token, named as fla names them: ``recurrent_state`` and, with short
         convolutions, ``conv_state``, the q, k, v caches [B, channels, conv_size]; all zeros."""
@@ -145,6 +153,27 @@ class FlaLayerMixer(RoutedMixer):
 
     def default_kernel(self, device: torch.device) -> str:
         return "triton" if device.type == "cuda" else "chunk"
+
+    def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
+        """Forward + backward of kernel ``chunk`` (:meth:`_chunk_benchmark`) on seeded inputs built outside the
+        clock, with 3x the forward pass's FLOPs."""
+        if self.kernel != "chunk":
+            return None
+        gen = torch.Generator().manual_seed(0)
+
+        def tensor(*shape: int, fn: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> torch.Tensor:
+            return fn(torch.randn(*shape, generator=gen)).to(device).requires_grad_(True)
+
+        bench = self._chunk_benchmark(batch, seq_len, tensor, gen, device)
+        if bench is None:
+            return None
+        forward, flops, label = bench
+        grad = torch.randn(batch, seq_len, self.layer.num_heads, self.layer.head_v_dim, generator=gen).to(device)
+
+        def run() -> None:
+            forward().backward(grad)
+
+        return KernelBenchmark(run, 3 * flops, f"{label}, forward + backward")
 
     def output_projection(self) -> nn.Linear:
         return self.layer.o_proj

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.errors import ConfigError
-from harness.mixer import FlopCount, KernelBenchmark, Unit
+from harness.mixer import FlopCount, Unit
 from harness.recording import record, recording
 from harness.registry import register_mixer
 from harness.values import option
@@ -112,29 +112,16 @@ class _DeltaBase(FlaLayerMixer):
     def chunk_lengths(self) -> tuple[int, ...]:
         return (kernel.CHUNK, routing.CHUNK)
 
-    def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
-        """Forward + backward of the chunked delta rule (kernel ``chunk``) at this layer's head sizes, on
-        l2-normalised keys, with 3x the forward pass's FLOPs (:func:`mixers.deltanet.kernel.chunked_flops`)."""
-        if self.kernel != "chunk":
-            return None
+    def _chunk_benchmark(self, batch, seq_len, tensor, gen, device):
+        """The chunked delta rule at this layer's head sizes, on l2-normalised keys
+        (:func:`mixers.deltanet.kernel.chunked_flops`)."""
         H, K, V = self.layer.num_heads, self.layer.head_k_dim, self.layer.head_v_dim
-        gen = torch.Generator().manual_seed(0)
-
-        def tensor(*shape, fn=lambda t: t):
-            return fn(torch.randn(*shape, generator=gen)).to(device).requires_grad_(True)
-
         q, v = tensor(batch, seq_len, H, K), tensor(batch, seq_len, H, V)
         k = tensor(batch, seq_len, H, K, fn=lambda t: F.normalize(t, dim=-1))
         beta = tensor(batch, seq_len, H, fn=torch.sigmoid)
         g = tensor(batch, seq_len, H, fn=lambda t: -0.1 * t.abs()) if hasattr(self.layer, "A_log") else None
-        grad = torch.randn(batch, seq_len, H, V, generator=gen).to(device)
-
-        def run() -> None:
-            o, _ = kernel.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)
-            o.backward(grad)
-
-        flops = 3 * kernel.chunked_flops(batch, seq_len, H, K, V)
-        return KernelBenchmark(run, flops, "chunked delta rule, forward + backward")
+        return (lambda: kernel.chunk_delta_rule(q, k, v, beta, g, scale=K**-0.5)[0],
+                kernel.chunked_flops(batch, seq_len, H, K, V), "chunked delta rule")
 
     #: per-head scalar projections (beta, and Gated DeltaNet's decay), and whether the state decays at each step
     #: (Gated DeltaNet: one product per state float and one exponential per head); for ``flops_per_token``

@@ -65,7 +65,7 @@ import torch
 from torch import nn
 
 from harness.errors import ConfigError
-from harness.mixer import FlopCount, KernelBenchmark
+from harness.mixer import FlopCount
 from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import INIT_STD, FlaLayerMixer
@@ -141,31 +141,18 @@ class RWKV7Mixer(FlaLayerMixer):
         2 C + 1 end exactly on their boundaries, C and 2 C straddle them)."""
         return (kernel.CHUNK,)
 
-    def kernel_benchmark(self, batch: int, seq_len: int, device: torch.device) -> KernelBenchmark | None:
-        """Forward + backward of the chunked DPLR recurrence (kernel ``chunk``) at this layer's head sizes, on
-        inputs shaped as the layer makes them, with 3x the forward pass's FLOPs (:func:`kernel.chunked_flops`)."""
-        if self.kernel != "chunk":
-            return None
+    def _chunk_benchmark(self, batch, seq_len, tensor, gen, device):
+        """The chunked DPLR recurrence at this layer's head sizes, on inputs shaped as the layer makes them
+        (:func:`mixers.rwkv7.kernel.chunked_flops`)."""
         H, K, V = self.layer.num_heads, self.layer.head_dim, self.layer.head_v_dim
-        gen = torch.Generator().manual_seed(0)
-
-        def tensor(*shape, fn=lambda t: t):
-            return fn(torch.randn(*shape, generator=gen)).to(device).requires_grad_(True)
-
         q, k = tensor(batch, seq_len, H, K), tensor(batch, seq_len, H, K)
         v = tensor(batch, seq_len, H, V)
         kk = torch.nn.functional.normalize(torch.randn(batch, seq_len, H, K, generator=gen), dim=-1)
         a = (-kk).to(device).requires_grad_(True)
         b = (kk * torch.rand(batch, seq_len, H, K, generator=gen)).to(device).requires_grad_(True)
         w = tensor(batch, seq_len, H, K, fn=lambda t: -W_SCALE * torch.sigmoid(t))
-        grad = torch.randn(batch, seq_len, H, V, generator=gen).to(device)
-
-        def run() -> None:
-            o, _ = kernel.chunk_dplr(q, k, v, a, b, w, scale=1.0, lower_bound=-W_SCALE)
-            o.backward(grad)
-
-        flops = 3 * kernel.chunked_flops(batch, seq_len, H, K, V)
-        return KernelBenchmark(run, flops, "chunked DPLR recurrence, forward + backward")
+        return (lambda: kernel.chunk_dplr(q, k, v, a, b, w, scale=1.0, lower_bound=-W_SCALE)[0],
+                kernel.chunked_flops(batch, seq_len, H, K, V), "chunked DPLR recurrence")
 
     # ------------------------------------------------------------------ initialisation
     @torch.no_grad()
