@@ -10,7 +10,7 @@ import torch
 from harness.mixer import state_floats
 from harness.model.conformance import GateConfig, run_checks
 from harness.registry import MIXERS
-from mixers.baseconv import kernel, reference
+from mixers.baseconv import kernel as baseconv_kernel, reference
 
 
 def loop_conv(s: torch.Tensor, h: torch.Tensor, start: int) -> torch.Tensor:
@@ -29,7 +29,7 @@ def make(d_model: int = 8, **cfg):
     return entry.cls(entry.make_config(cfg), d_model, 0, 2)
 
 
-@pytest.mark.parametrize("kernel", [reference.causal_long_conv, kernel.causal_long_conv])
+@pytest.mark.parametrize("kernel", [reference.causal_long_conv, baseconv_kernel.causal_long_conv])
 @pytest.mark.parametrize("N, L, start", [(1, 4, 0), (23, 7, 0), (23, 40, 0), (30, 9, 11)])
 def test_kernels_equal_a_plain_loop_with_gradients(kernel, N, L, start):
     """Filters longer and shorter than the input, a history of ``start`` positions; outputs and both gradients."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from layer_checks import (
-    check_every_unit_masked_is_zero, check_kernels_per_device, check_parity, recorded_by_a_step, rel,
+    check_every_unit_masked_is_zero, check_kernels_per_device, check_parity, recorded_by_a_step,
 )
 
 from harness.errors import ConfigError
