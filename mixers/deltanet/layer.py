@@ -58,14 +58,21 @@ class DeltaNetConfig:
 
 
 @dataclass(frozen=True)
-class GatedDeltaNetConfig:
-    """``fla.layers.GatedDeltaNet`` options; fla's defaults except head_dim. fla's 256 is sized for d_model 2048;
-    0 applies fla's own sizing rule instead (num_heads * head_dim = 0.75 d_model, about 6 d_model^2 parameters
-    per layer with the output gate): head_dim = d_model / 8 with the 6 default heads."""
+class GatedHeadsConfig:
+    """The heads of fla's gated delta-rule layers (``GatedDeltaNet``, ``GatedDeltaProduct``), sized by
+    :func:`gated_head_dim`; fla's defaults except head_dim. fla's 256 is sized for d_model 2048; 0 applies fla's
+    own sizing rule instead (num_heads * head_dim = 0.75 d_model, about 6 d_model^2 parameters per layer with the
+    output gate): head_dim = d_model / 8 with the 6 default heads."""
 
     num_heads: int = option(6, "heads", min=1)
     head_dim: int = option(0, "key channels per head; 0 = fla's sizing rule (d_model / 8 with 6 heads)", min=0)
     expand_v: float = option(2.0, "value width per head = expand_v * head_dim", gt=0)
+
+
+@dataclass(frozen=True)
+class GatedDeltaNetConfig(GatedHeadsConfig):
+    """``fla.layers.GatedDeltaNet`` options: the heads (:class:`GatedHeadsConfig`), then fla's defaults."""
+
     use_gate: bool = option(True, "output gate")
     use_short_conv: bool = option(True, "short causal convs on q, k, v")
     conv_size: int = option(4, "width of those convs", min=2)

@@ -39,23 +39,19 @@ from harness.mixer import FlopCount, Unit
 from harness.registry import register_mixer
 from harness.values import option
 from mixers.common.fla_layer import FlaLayerMixer
-from mixers.deltanet.layer import decay_units, gated_head_dim
+from mixers.deltanet.layer import GatedHeadsConfig, decay_units, gated_head_dim
 from mixers.deltaproduct import kernel, routing
 
 
 @dataclass(frozen=True)
-class GatedDeltaProductConfig:
-    """``fla.layers.GatedDeltaProduct`` options; fla's defaults except head_dim. fla's 256 is sized for d_model
-    2048; 0 applies fla's sizing rule instead, as ``gated-deltanet`` does (num_heads * head_dim = 0.75 d_model):
-    head_dim = d_model / 8 with the 6 default heads."""
+class GatedDeltaProductConfig(GatedHeadsConfig):
+    """``fla.layers.GatedDeltaProduct`` options: the heads as ``gated-deltanet``'s (:class:`GatedHeadsConfig`),
+    then fla's defaults."""
 
     num_householder: int = option(2, "Householder (delta-rule) steps per token; 1 is Gated DeltaNet", min=1)
     allow_neg_eigval: bool = option(True, "beta in (0, 2): transition eigenvalues in (-1, 1), the paper's "
                                           "state-tracking setting")
     use_forget_gate: bool = option(True, "per-head decay of the state (the 'gated' of Gated DeltaProduct)")
-    num_heads: int = option(6, "heads", min=1)
-    head_dim: int = option(0, "key channels per head; 0 = fla's sizing rule (d_model / 8 with 6 heads)", min=0)
-    expand_v: float = option(2.0, "value width per head = expand_v * head_dim", gt=0)
     use_output_gate: bool = option(True, "output gate (gated RMSNorm)")
     use_short_conv: bool = option(True, "short causal convs on q, k, v")
     conv_size: int = option(4, "width of those convs", min=2)
