@@ -1,9 +1,9 @@
 """Per-call kernel routing for mixers built from third-party packages (mamba-ssm, flash-linear-attention).
 
 Those packages call their CUDA/Triton kernels through module-level names (``mamba_simple.selective_scan_fn``,
-``fla.layers.delta_net.chunk_delta_rule``...). The package routers (``_mamba_routing``, ``_fla_routing``) replace
-each such name, once, by a :func:`route` dispatcher that calls either the package's own kernel or a pure-torch
-path. Which one is decided per call:
+``fla.layers.delta_net.chunk_delta_rule``...). Each family's ``routing`` module (``mixers.mamba.routing``,
+``mixers.deltanet.routing`` ...) replaces each such name, once, by a :func:`route` dispatcher that calls either
+the package's own kernel or a pure-torch path. Which one is decided per call:
 
 * inside ``with selected(kernel):`` (what a mixer wraps around every call into its package layer), by the kernel
   that mixer instance has selected: that is how ``set_kernel`` really switches the code one instance runs;
