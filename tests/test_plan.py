@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import textwrap
 import time
 import uuid
@@ -250,6 +252,23 @@ def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_gri
     # in the pool's workers, begun while the driver planned, and kept for the jobs
     assert "conformance gates of 2 mixer(s) side by side, begun beside the data" in names, names
     assert any(n.startswith("data + tokenizer") and "loaded by a pool worker" in n for n in names), names
+
+
+def _die(_: object) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_a_worker_lost_in_a_prefetch_leaves_a_pool_that_still_runs_the_jobs():
+    """A prefetch only fills caches: a worker killed there (out of memory, say) must not break the grid's maps."""
+    with ProcessExecutor(workers=2) as pool:
+        prefetch = pool.prefetch(_die, [None], like=[1, 2])
+        prefetch.wait()
+        assert dict(pool.map(_square, [2, 3])) == {2: 4, 3: 9}
+    assert ProcessExecutor(workers=1).prefetch(_die, [None], like=[1, 2]) is None  # nothing runs side by side
 
 
 def test_a_bad_option_found_while_planning_stops_the_pools_prefetch_at_once(monkeypatch, tmp_path):

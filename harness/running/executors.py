@@ -266,7 +266,7 @@ class ProcessExecutor(Executor):
         of each worker; submit inside the block: workers are spawned by the submits and inherit its environment."""
         size = self.pool_size(jobs)
         threads = self.worker_threads(jobs, size)
-        if self._shape != (size, threads):
+        if self._shape != (size, threads) or getattr(self._pool, "_broken", False):  # a worker died in a prefetch
             self.close()
         with _environment(worker_environment(threads)):
             if self._pool is None:
