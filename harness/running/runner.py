@@ -263,13 +263,17 @@ def prepare_corpus(item: tuple[DataConfig, bool]) -> None:
     corpus_for(*item)
 
 
-def _prefetch_corpora(reqs: Sequence[GridRequest], store: ResultsStore, executor: "Executor | None",
-                      like: list[Any]) -> "Prefetch | None":
+def _prefetching(store: ResultsStore, executor: "Executor | None") -> "Executor | None":
+    """The executor that may work ahead of the driver: workers that see the store (and its caches)."""
+    if executor is None or (executor.needs_shared_store and store.root.startswith("memory://")):
+        return None
+    return executor
+
+
+def _prefetch_corpora(reqs: Sequence[GridRequest], executor: "Executor", like: list[Any]) -> "Prefetch | None":
     """The grid's corpora, loading in the pool while the driver plans: matching each mixer's width to the
     reference builds its models (25 s for the quickstart's six, the packages imported), the corpus takes its
     tokenizer's training and the encoding (32 s), and neither needs the other."""
-    if executor is None or (executor.needs_shared_store and store.root.startswith("memory://")):
-        return None
     configs = dict.fromkeys(data_config(r.preset, r.data_overrides) for r in reqs)
     progress = any(r.options.progress for r in reqs)
     return executor.prefetch(prepare_corpus, [(c, progress) for c in configs if c not in _CORPORA], like)
@@ -286,7 +290,7 @@ def _prefetch_gates(pending: list[tuple[GridRequest, RunSpec, Any]], executor: "
             job = ModelJob(spec, "", (), req.options)  # not yet bound to the data: no model id
             first_of.setdefault(_gate_key(job), job)
     todo = [job for job in first_of.values() if not verdict_cached(job.spec.model, job.options.device)]
-    return executor.prefetch(gate_job, todo, like) if todo else None
+    return executor.prefetch(gate_job, todo, like)
 
 
 def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTimer,
@@ -294,13 +298,15 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     """Validate every request and cut it into jobs (nothing is trained; data and tokenizers are loaded).
 
     Every name and config value is checked before the store is touched, and the store is proven writable
-    before the (possibly long) data loading and tokenizer training waits. A local pool (``executor``) loads the
-    data meanwhile, from the start; a bad option stops that at once.
+    before the (possibly long) data loading and tokenizer training is waited for. A local pool (``executor``)
+    loads the data meanwhile, from the start, and runs the gates once the models are planned; an error (a bad
+    option) stops its workers at once.
     """
     pending: list[tuple[GridRequest, RunSpec, Any]] = []
     check_grid_size(sum(len(r.all_mixers()) * len(r.seeds) for r in reqs), "the grid")
+    ahead = _prefetching(store, executor)
     like = [r.options for r in reqs for _ in r.all_mixers() for _ in r.seeds]  # the jobs to come: the pool's shape
-    prefetch = _prefetch_corpora(reqs, store, executor, like)
+    data = _prefetch_corpora(reqs, ahead, like) if ahead is not None else None
     gates = None
     try:
         for req in reqs:
@@ -321,20 +327,33 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                     check_training_time(spec, req.options.device, req.options.yes, training_label(spec))
                     pending.append((req, spec, planned))
         store.ensure_writable()
-        if prefetch is not None:
-            gates = _prefetch_gates(pending, executor, like)
+        gates = _prefetch_gates(pending, ahead, like) if ahead is not None else None
+        jobs = _bind_jobs(pending, store, timer, data)
+        if gates is not None:
+            t0 = time.perf_counter()
+            gates.wait()  # a gate a worker could not finish is run by the driver (gate_jobs)
+            timer.add(f"conformance gates of {len(gates)} mixer(s) side by side, begun beside the data",
+                      time.perf_counter() - t0)
     except BaseException:
-        if prefetch is not None:
-            prefetch.abandon()
+        for started in (data, gates):
+            if started is not None:
+                started.abandon()
         raise
+    return jobs
+
+
+def _bind_jobs(pending: list[tuple[GridRequest, RunSpec, Any]], store: ResultsStore, timer: PhaseTimer,
+               data: "Prefetch | None") -> list[ModelJob]:
+    """The planned models bound to their data (a corpus ``data`` is loading is waited for): one job per distinct
+    model, each with the runs no other job makes."""
     jobs, seen, planned_ids = [], set(), set()
     for req, spec, planned in pending:
         if spec.data not in _CORPORA:
             t0 = time.perf_counter()
-            if prefetch is not None:  # the worker's failure, if any, is met again here
-                prefetch.wait()
+            if data is not None:  # the worker's failure, if any, is met again here
+                data.wait()
             corpus = corpus_for(spec.data, req.options.progress)
-            where = ", loaded by a pool worker while the grid was planned" if prefetch is not None else ""
+            where = ", loaded by a pool worker while the grid was planned" if data is not None else ""
             timer.add(f"data + tokenizer ({corpus.tokenizer.vocab_size} tokens vocab{where})",
                       time.perf_counter() - t0)
         corpus = _CORPORA[spec.data]
@@ -350,11 +369,6 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
                      if r.run_id is None or r.run_id not in planned_ids)
         planned_ids.update(r.run_id for r in runs if r.run_id is not None)
         jobs.append(ModelJob(spec, model_id, runs, req.options))
-    if gates is not None:
-        t0 = time.perf_counter()
-        gates.wait()  # a gate a worker could not finish is run by the driver (gate_jobs)
-        timer.add(f"conformance gates of {len(gates)} mixer(s) side by side, begun beside the data",
-                  time.perf_counter() - t0)
     return jobs
 
 
