@@ -179,7 +179,7 @@ def test_an_interrupted_job_resumes_from_its_checkpoint(tmp_path):
         if step == 20:
             raise Killed
 
-    from harness.running.runner import corpus_for
+    from harness.running.corpora import corpus_for
 
     corpus = corpus_for(job.spec.data, False)
     with pytest.raises(Killed):  # stands in for a SIGKILL (tested in test_training): snapshot at 16 is kept
@@ -222,11 +222,11 @@ def _forget_gates_and_corpora(monkeypatch, mixers: tuple[str, ...]) -> None:
     from harness.model.conformance import GateConfig
     from harness.model.gate import _cache_file, gate_key
     from harness.model.specs import make_run_spec
-    from harness.running import runner
+    from harness.running import corpora
 
     for mixer in mixers:
         _cache_file(gate_key(make_run_spec(mixer, "tiny").model, "cpu", GateConfig())).unlink(missing_ok=True)
-    monkeypatch.setattr(runner, "_CORPORA", {})
+    monkeypatch.setattr(corpora, "_CORPORA", {})
 
 
 def test_process_pool_runs_the_grid_and_makes_timings_alone_afterwards(local_grid, tmp_path, monkeypatch):

@@ -65,6 +65,10 @@ class Executor(ABC):
     def close(self) -> None:  # noqa: B027  (nothing to release by default)
         """Release workers or the cluster connection; safe to call twice."""
 
+    def sees(self, store_root: str) -> bool:
+        """Whether the workers can open the store at ``store_root``: a memory:// store lives in this process only."""
+        return not (self.needs_shared_store and store_root.startswith("memory://"))
+
     def side_by_side(self, jobs: Sequence[Any]) -> bool:
         """Whether these jobs would run at the same time on this machine's cores: the grid then makes the
         runs of device-dependent suites (timings) afterwards, one at a time in this process, since a job beside

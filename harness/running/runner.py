@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config import DataConfig, RunSpec
+from harness.config import RunSpec
 from harness.errors import ConfigError, MixbenchError
 from harness.reporting.scored import note_runs
 from harness.running.evaluate import EvalOptions, evaluate, write_aggregate
@@ -31,6 +31,7 @@ from harness.model.conformance import GateConfig
 from harness.model.gate import GateFailed, gate_key, require_gate, verdict_cached
 from harness.model.checkpoint import final_weights_hash, load_model
 from harness.store.identity import mixer_identity, model_identity, trained_identity
+from harness.running.corpora import corpus_for, is_loaded, prefetch_corpora
 from harness.running.planned import PlannedRun
 from harness.store.manifest import GateRecord
 from harness.model.memory import check_training
@@ -43,7 +44,6 @@ from harness.suite import Suite
 from harness.running.training import train
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.corpus.data import Corpus
     from harness.running.executors import Executor, Prefetch
 
 
@@ -220,19 +220,6 @@ def checkpoint_root(store: ResultsStore) -> Path:
     return cache_dir() / "checkpoints"
 
 
-# One corpus per data config per process: the driver's load is reused by in-process jobs, and a pool or Ray
-# worker that runs several jobs loads it once (the tokenizer and token stream come from the disk cache).
-_CORPORA: dict[DataConfig, "Corpus"] = {}
-
-
-def corpus_for(cfg: DataConfig, progress: bool) -> "Corpus":
-    from harness.corpus.data import load_corpus
-
-    if cfg not in _CORPORA:
-        _CORPORA[cfg] = load_corpus(cfg, progress=progress)
-    return _CORPORA[cfg]
-
-
 def plan_runs(spec: RunSpec, data_fingerprint: str, runs: Sequence[PlannedRun],
               weights_sha256: str | None) -> tuple[PlannedRun, ...]:
     """``runs`` bound to the subject they score, where the driver knows it: the mixer for mixer-scoped suites,
@@ -255,28 +242,6 @@ def plan_runs(spec: RunSpec, data_fingerprint: str, runs: Sequence[PlannedRun],
         except (RuntimeError, AssertionError, ValueError):  # no such device here
             bound.append(run)
     return tuple(bound)
-
-
-def prepare_corpus(item: tuple[DataConfig, bool]) -> None:
-    """Load a corpus in a pool worker (:func:`plan_jobs`' prefetch): its tokenizer and token stream land in the
-    disk cache the driver reads, and the worker keeps it for the grid's jobs it will run."""
-    corpus_for(*item)
-
-
-def _prefetching(store: ResultsStore, executor: "Executor | None") -> "Executor | None":
-    """The executor that may work ahead of the driver: workers that see the store (and its caches)."""
-    if executor is None or (executor.needs_shared_store and store.root.startswith("memory://")):
-        return None
-    return executor
-
-
-def _prefetch_corpora(reqs: Sequence[GridRequest], executor: "Executor", like: list[Any]) -> "Prefetch | None":
-    """The grid's corpora, loading in the pool while the driver plans: matching each mixer's width to the
-    reference builds its models (25 s for the quickstart's six, the packages imported), the corpus takes its
-    tokenizer's training and the encoding (32 s), and neither needs the other."""
-    configs = dict.fromkeys(data_config(r.preset, r.data_overrides) for r in reqs)
-    progress = any(r.options.progress for r in reqs)
-    return executor.prefetch(prepare_corpus, [(c, progress) for c in configs if c not in _CORPORA], like)
 
 
 def _prefetch_gates(pending: list[tuple[GridRequest, RunSpec, Any]], executor: "Executor",
@@ -304,24 +269,22 @@ def plan_jobs(reqs: Sequence[GridRequest], store: ResultsStore, timer: PhaseTime
     """
     pending: list[tuple[GridRequest, RunSpec, Any]] = []
     check_grid_size(sum(len(r.all_mixers()) * len(r.seeds) for r in reqs), "the grid")
-    ahead = _prefetching(store, executor)
+    ahead = executor if executor is not None and executor.sees(store.root) else None  # workers may work ahead
     like = [r.options for r in reqs for _ in r.all_mixers() for _ in r.seeds]  # the jobs to come: the pool's shape
-    data = _prefetch_corpora(reqs, ahead, like) if ahead is not None else None
+    data = None
+    if ahead is not None:
+        configs = [data_config(r.preset, r.data_overrides) for r in reqs]
+        data = prefetch_corpora(configs, any(r.options.progress for r in reqs), ahead, like)
     gates = None
     try:
         for req in reqs:
             planned = req.planned_runs()  # fails on an unknown suite or bad suite option before any work
             for mixer in req.all_mixers():
                 for seed in req.seeds:
-                    spec = make_run_spec(
-                        mixer,
-                        req.preset,
-                        mixer_config=req.mixer_configs.get(mixer),
-                        backbone_overrides=req.backbone_overrides,
-                        train_overrides={**req.train_overrides, "seed": seed},
-                        data_overrides=req.data_overrides,
-                        match=req.match,
-                    )
+                    spec = make_run_spec(mixer, req.preset, mixer_config=req.mixer_configs.get(mixer),
+                                         backbone_overrides=req.backbone_overrides,
+                                         train_overrides={**req.train_overrides, "seed": seed},
+                                         data_overrides=req.data_overrides, match=req.match)
                     check_training(spec.model.backbone, spec.train.batch_size, req.options.device,
                                    f"training {mixer} at preset {req.preset}")
                     check_training_time(spec, req.options.device, req.options.yes, training_label(spec))
@@ -348,7 +311,7 @@ def _bind_jobs(pending: list[tuple[GridRequest, RunSpec, Any]], store: ResultsSt
     model, each with the runs no other job makes."""
     jobs, seen, planned_ids = [], set(), set()
     for req, spec, planned in pending:
-        if spec.data not in _CORPORA:
+        if not is_loaded(spec.data):
             t0 = time.perf_counter()
             if data is not None:  # the worker's failure, if any, is met again here
                 data.wait()
@@ -356,7 +319,7 @@ def _bind_jobs(pending: list[tuple[GridRequest, RunSpec, Any]], store: ResultsSt
             where = ", loaded by a pool worker while the grid was planned" if data is not None else ""
             timer.add(f"data + tokenizer ({corpus.tokenizer.vocab_size} tokens vocab{where})",
                       time.perf_counter() - t0)
-        corpus = _CORPORA[spec.data]
+        corpus = corpus_for(spec.data, req.options.progress)
         spec = bind_vocab(spec, corpus.tokenizer.vocab_size)
         model_id = model_identity(spec, corpus.fingerprint).id
         if model_id in seen:  # the same model asked twice (e.g. by two plan entries): train it once
@@ -543,7 +506,7 @@ def run_requests(
             report.add(f"{job.label}: every suite already in the store", 0.0)
         else:
             todo.append(job)
-    if todo and executor.needs_shared_store and store.root.startswith("memory://"):
+    if todo and not executor.sees(store.root):
         raise MixbenchError(
             f"the results store {store.root} lives in this process's memory, so {executor.name} workers "
             "cannot see it; use --executor local or a folder / shared URL for --results."

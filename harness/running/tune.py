@@ -257,7 +257,8 @@ class _Trainer:
         from harness.model.gate import require_gate
         from harness.model.specs import bind_vocab
         from harness.model.window_nll import document_nll
-        from harness.running.runner import checkpoint_root, corpus_for
+        from harness.running.corpora import corpus_for
+        from harness.running.runner import checkpoint_root
         from harness.running.training import train
         from harness.store.identity import model_identity
 
