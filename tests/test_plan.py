@@ -271,6 +271,32 @@ def test_a_worker_lost_in_a_prefetch_leaves_a_pool_that_still_runs_the_jobs():
     assert ProcessExecutor(workers=1).prefetch(_die, [None], like=[1, 2]) is None  # nothing runs side by side
 
 
+def test_a_leaking_mixer_gated_ahead_of_the_driver_is_still_refused(monkeypatch, tmp_path):
+    """The pool gates a mixer while the driver plans; a planted mixer that reads the future fails there, and the
+    grid refuses its jobs from that cached verdict: nothing of it is trained or scored."""
+    from harness.model.conformance import GateConfig
+    from harness.model.gate import _cache_file, gate_key
+    from harness.model.specs import make_run_spec
+    from harness.running.runner import GridRequest, JobOptions
+    import tests.adversaries  # noqa: F401  (registers the planted mixer here; the workers load it as a plugin)
+
+    _forget_gates_and_corpora(monkeypatch, ())
+    key = gate_key(make_run_spec("_adv_leak_past_40", "tiny").model, "cpu", GateConfig())
+    _cache_file(key).unlink(missing_ok=True)
+    req = GridRequest(preset="tiny", mixers=["_adv_leak_past_40"], suites=["perplexity"], seeds=[0, 1],
+                      data_overrides={"max_train_docs": 40}, controls=[],
+                      options=JobOptions(device="cpu", progress=False, plugins=("tests.adversaries",)))
+    store = ResultsStore(tmp_path / "store")
+    with ProcessExecutor(workers=2) as pool:
+        report = run_requests([req], store, pool, keep_going=True)
+    names = [name for name, _ in report.phases]
+    assert "conformance gates of 1 mixer(s) side by side, begun beside the data" in names, names
+    assert _cache_file(key).is_file()  # the verdict a worker wrote
+    assert len(report.failures) == 2 and all("fails the conformance gate (causality" in f.error
+                                              for f in report.failures)
+    assert (report.trained, report.written) == (0, 0) and not list(store.iter_runs(samples=False))
+
+
 def test_a_bad_option_found_while_planning_stops_the_pools_prefetch_at_once(monkeypatch, tmp_path):
     """The pool starts loading the data before every option is checked; a bad one stops its workers instead of
     waiting for the data."""

@@ -44,3 +44,11 @@ def test_no_configuration_gives_uvs_defaults_and_no_index_is_kept():
     assert tomllib.loads(uv_config.uv_toml({})) == {"pip": {"index-strategy": "unsafe-best-match"}}
     doc = tomllib.loads(uv_config.uv_toml(uv_config.pip_settings(":env:.no-index='true'\nnot a setting\n")))
     assert doc["pip"]["no-index"] is True
+
+
+def test_hostile_values_stay_strings_in_the_toml():
+    """A path with quotes, a backslash or a TOML line break cannot end its string and add settings of its own."""
+    evil = 'C:\\wheels\\" \nno-index = true\n# '
+    doc = tomllib.loads(uv_config.uv_toml({"find-links": evil, "index-url": 'https://a.example/"x'}))
+    assert "no-index" not in doc["pip"] and doc["pip"]["index-url"] == 'https://a.example/"x'
+    assert doc["pip"]["find-links"] == evil.split()
